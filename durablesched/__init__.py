@@ -1,0 +1,57 @@
+"""durablesched: a durable job queue and task scheduler in one SQLite file."""
+
+from .clock import Clock as Clock
+from .clock import ManualClock as ManualClock
+from .clock import SystemClock as SystemClock
+from .context import TaskContext as TaskContext
+from .errors import ConfigurationError as ConfigurationError
+from .errors import DurableSchedError as DurableSchedError
+from .errors import InvalidTaskError as InvalidTaskError
+from .errors import InvalidTransitionError as InvalidTransitionError
+from .errors import SchemaError as SchemaError
+from .errors import StoreError as StoreError
+from .errors import TaskCancelled as TaskCancelled
+from .errors import TaskNotFoundError as TaskNotFoundError
+from .errors import UnknownTaskNameError as UnknownTaskNameError
+from .errors import UnsupportedOperationError as UnsupportedOperationError
+from .memory import MemoryStore as MemoryStore
+from .records import CancelOutcome as CancelOutcome
+from .records import Claim as Claim
+from .records import ErrorInfo as ErrorInfo
+from .records import TaskEvent as TaskEvent
+from .records import TaskRecord as TaskRecord
+from .registry import TaskRegistry as TaskRegistry
+from .retry import RetryPolicy as RetryPolicy
+from .scheduler import Scheduler as Scheduler
+from .states import TaskState as TaskState
+from .store import Store as Store
+from .worker import Worker as Worker
+
+__all__ = [
+    "CancelOutcome",
+    "Claim",
+    "Clock",
+    "ConfigurationError",
+    "DurableSchedError",
+    "ErrorInfo",
+    "InvalidTaskError",
+    "InvalidTransitionError",
+    "ManualClock",
+    "MemoryStore",
+    "RetryPolicy",
+    "Scheduler",
+    "SchemaError",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskEvent",
+    "TaskNotFoundError",
+    "TaskRecord",
+    "TaskRegistry",
+    "TaskState",
+    "UnknownTaskNameError",
+    "UnsupportedOperationError",
+    "Worker",
+]

@@ -1,0 +1,107 @@
+"""Time, injected: every component asks a :class:`Clock`, never ``datetime.now``.
+
+Tests drive a :class:`ManualClock`; advancing it wakes anything waiting on it,
+so no test has to sleep for a due time to arrive.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+#: The longest a :class:`SystemClock` wait blocks in one go, so a wait whose
+#: deadline moved (a new, earlier task) is never stuck on a stale timeout.
+MAX_SYSTEM_WAIT = timedelta(seconds=60)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Where time comes from. ``now()`` is always timezone-aware UTC."""
+
+    def now(self) -> datetime: ...
+
+    def wait(self, event: threading.Event, until: datetime | None) -> bool:
+        """Block until ``event`` is set or the clock reaches ``until``.
+
+        Returns True if the event was set. Spurious early returns are allowed:
+        callers re-check their own conditions after every wake-up.
+        """
+        ...
+
+
+class SystemClock:
+    """The wall clock, in UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def wait(self, event: threading.Event, until: datetime | None) -> bool:
+        if until is None:
+            timeout = MAX_SYSTEM_WAIT.total_seconds()
+        else:
+            timeout = min((until - self.now()).total_seconds(), MAX_SYSTEM_WAIT.total_seconds())
+        if timeout <= 0:
+            return event.is_set()
+        return event.wait(timeout)
+
+
+class ManualClock:
+    """A clock that moves only when told to; waiters wake when it moves."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        start = start if start is not None else datetime(2030, 1, 1, tzinfo=UTC)
+        _require_aware(start)
+        self._now = start.astimezone(UTC)
+        self._lock = threading.Lock()
+        self._waiters: set[threading.Event] = set()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, delta: timedelta | float) -> datetime:
+        """Move forward by ``delta`` (a timedelta or seconds) and wake waiters."""
+        step = delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+        if step < timedelta(0):
+            raise ValueError(f"a manual clock only moves forward, got advance({step})")
+        with self._lock:
+            self._now += step
+            now = self._now
+        self._wake()
+        return now
+
+    def set(self, when: datetime) -> datetime:
+        """Jump to ``when`` (not earlier than now) and wake waiters."""
+        _require_aware(when)
+        with self._lock:
+            if when < self._now:
+                raise ValueError(f"a manual clock only moves forward: {when} < {self._now}")
+            self._now = when.astimezone(UTC)
+            now = self._now
+        self._wake()
+        return now
+
+    def wait(self, event: threading.Event, until: datetime | None) -> bool:
+        with self._lock:
+            if until is not None and self._now >= until:
+                return event.is_set()
+            self._waiters.add(event)
+        try:
+            # Woken either by the caller's own signal or by advance()/set(),
+            # which sets the same event: the caller re-checks either way.
+            return event.wait()
+        finally:
+            with self._lock:
+                self._waiters.discard(event)
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+
+def _require_aware(when: datetime) -> None:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"a naive datetime has no time zone: {when!r}; pass an aware one")

@@ -1,0 +1,59 @@
+"""The exceptions durablesched raises, all under one root.
+
+DurableSchedError
+├── InvalidTaskError (ValueError)       bad input to submit: nothing was stored
+├── TaskNotFoundError (LookupError)     no task has that id
+├── InvalidTransitionError              a state change the state machine forbids
+├── UnknownTaskNameError (LookupError)  the registry has no task of that name
+├── TaskCancelled                       raised by a task to acknowledge cancellation
+├── StoreError                          the backend could not do what was asked
+│   ├── UnsupportedOperationError       this backend cannot do it at all
+│   └── SchemaError                     the database is not one we can use as is
+└── ConfigurationError (ValueError)     a worker or scheduler option is out of range
+"""
+
+from __future__ import annotations
+
+
+class DurableSchedError(Exception):
+    """Root of every error durablesched raises on purpose."""
+
+
+class InvalidTaskError(DurableSchedError, ValueError):
+    """A submitted task was rejected before anything was stored."""
+
+
+class TaskNotFoundError(DurableSchedError, LookupError):
+    """No task has the given id."""
+
+
+class InvalidTransitionError(DurableSchedError):
+    """A state change that the task state machine does not allow."""
+
+
+class UnknownTaskNameError(DurableSchedError, LookupError):
+    """The task registry has no function registered under that name."""
+
+
+class TaskCancelled(DurableSchedError):
+    """Raise this from a task to acknowledge a requested cancellation.
+
+    The worker then records the task as CANCELLED (if cancellation was really
+    requested and the claim is still valid).
+    """
+
+
+class StoreError(DurableSchedError):
+    """The storage backend failed; the message says what and where."""
+
+
+class UnsupportedOperationError(StoreError):
+    """The backend cannot do this at all (for example database effects in memory)."""
+
+
+class SchemaError(StoreError):
+    """The database is not a durablesched database this code can use as it is."""
+
+
+class ConfigurationError(DurableSchedError, ValueError):
+    """An option given to a scheduler or worker is out of range."""

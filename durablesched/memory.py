@@ -1,0 +1,414 @@
+"""The in-memory backend: a heap ordered by (due_at, seq) and a registry by task id.
+
+Every task is lost when the process exits. It exists for tests and for parity:
+the contract suite runs against it and the SQLite backend alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import InvalidTransitionError, TaskNotFoundError, UnsupportedOperationError
+from .records import (
+    CancelOutcome,
+    Claim,
+    ErrorInfo,
+    LeaseStatus,
+    NewTask,
+    Reclaimed,
+    Submitted,
+    TaskEvent,
+    TaskRecord,
+    effective_key,
+)
+from .states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
+from .store import Effect, RetryDelay
+
+_HeapEntry = tuple[datetime, int, int]
+
+
+class MemoryStore:
+    """A :class:`~durablesched.store.Store` held in this process's memory.
+
+    Cancellation is lazy: a cancelled task's heap entry stays until it reaches
+    the top and is skipped after a look at the registry. When stale entries
+    exceed ``compact_ratio`` of the heap (and the heap has at least
+    ``compact_min`` entries), the heap is rebuilt from the live tasks, so its
+    size stays O(claimable tasks) at an amortised O(1) per cancellation.
+    """
+
+    def __init__(self, *, compact_ratio: float = 0.5, compact_min: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._heap: list[_HeapEntry] = []
+        self._stale = 0
+        self._tasks: dict[int, TaskRecord] = {}
+        self._events: dict[int, list[TaskEvent]] = {}
+        self._running: set[int] = set()
+        self._keys: dict[str, int] = {}
+        #: The idempotency_keys table: key -> (task id, recorded at, result).
+        self.recorded_keys: dict[str, tuple[int, datetime, Any]] = {}
+        self._next_id = 1
+        self._compact_ratio = compact_ratio
+        self._compact_min = compact_min
+        self.compactions = 0
+
+    # -- introspection for tests and docs --------------------------------------------------
+
+    @property
+    def heap_size(self) -> int:
+        return len(self._heap)
+
+    @property
+    def stale_entries(self) -> int:
+        return self._stale
+
+    # -- Store -------------------------------------------------------------------------------
+
+    def submit(self, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+        with self._lock:
+            return [self._insert(task, now) for task in tasks]
+
+    def get(self, task_id: int) -> TaskRecord | None:
+        with self._lock:
+            return self._tasks.get(task_id)
+
+    def history(self, task_id: int) -> list[TaskEvent]:
+        with self._lock:
+            return list(self._events.get(task_id, ()))
+
+    def list_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        with self._lock:
+            rows = [
+                t
+                for t in self._tasks.values()
+                if (state is None or t.state == state) and (name is None or t.name == name)
+            ]
+        rows.sort(key=lambda t: (t.due_at, t.seq))
+        return rows[:limit]
+
+    def claim(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        skipped: list[_HeapEntry] = []
+        with self._lock:
+            while self._heap and len(claims) < limit and self._heap[0][0] <= now:
+                entry = heapq.heappop(self._heap)
+                task = self._live_entry(entry)
+                if task is None:
+                    self._stale -= 1
+                    continue
+                if names is not None and task.name not in names:
+                    skipped.append(entry)
+                    continue
+                claims.append(self._start(task, owner, now, lease))
+            for entry in skipped:
+                heapq.heappush(self._heap, entry)
+        return claims
+
+    def heartbeat(
+        self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
+    ) -> list[LeaseStatus]:
+        renewed: list[LeaseStatus] = []
+        with self._lock:
+            for claim in claims:
+                task = self._valid(claim, owner, now)
+                if task is None:
+                    continue
+                task = self._put(replace(task, lease_expires_at=now + lease, updated_at=now))
+                renewed.append(
+                    LeaseStatus(
+                        task.id,
+                        task.fence,
+                        now + lease,
+                        task.cancel_requested_at is not None,
+                    )
+                )
+        return renewed
+
+    def complete(
+        self,
+        claim: Claim,
+        result: Any,
+        now: datetime,
+        *,
+        children: Sequence[NewTask] = (),
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        if effects:
+            raise UnsupportedOperationError(
+                "the in-memory backend has no database: effects registered with "
+                "on_success() need the SQLite backend"
+            )
+        with self._lock:
+            task = self._valid(claim, claim.owner, now)
+            if task is None:
+                return False
+            for child in children:
+                self._insert(child, now)
+            self._finish(task, TaskState.SUCCEEDED, now, result=result)
+            key = effective_key(task.id, task.idempotency_key)
+            self.recorded_keys.setdefault(key, (task.id, now, result))
+            return True
+
+    def fail(
+        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
+    ) -> TaskState | None:
+        with self._lock:
+            task = self._valid(claim, claim.owner, now)
+            if task is None:
+                return None
+            if retry_at is None or task.cancel_requested_at is not None:
+                self._finish(task, TaskState.FAILED, now, error=error)
+                return TaskState.FAILED
+            self._retry_later(task, retry_at, now, error, detail=error.message)
+            return TaskState.RETRY_WAIT
+
+    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+        with self._lock:
+            task = self._valid(claim, claim.owner, now)
+            if task is None:
+                return False
+            if task.cancel_requested_at is None:
+                raise InvalidTransitionError(
+                    f"task {task.id} cannot acknowledge a cancellation nobody requested"
+                )
+            self._finish(task, TaskState.CANCELLED, now, detail="cancellation acknowledged")
+            return True
+
+    def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            if task.state in TERMINAL:
+                return CancelOutcome.TOO_LATE
+            if task.state in CLAIMABLE:
+                # The heap entry stays behind, stale, until claim or compaction.
+                self._finish(task, TaskState.CANCELLED, now, detail="cancelled before start")
+                self._stale += 1
+                self._maybe_compact()
+                return CancelOutcome.CANCELLED
+            if task.cancel_requested_at is None:
+                self._put(replace(task, cancel_requested_at=now, updated_at=now))
+            return CancelOutcome.REQUESTED
+
+    def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+        reclaimed: list[Reclaimed] = []
+        with self._lock:
+            for task_id in sorted(self._running):
+                task = self._tasks[task_id]
+                assert task.lease_expires_at is not None and task.lease_owner is not None
+                if task.lease_expires_at > now:
+                    continue
+                owner = task.lease_owner
+                detail = (
+                    f"lease of {owner} expired at {task.lease_expires_at.isoformat()} "
+                    f"during attempt {task.attempts}"
+                )
+                error = ErrorInfo("durablesched.LeaseExpired", detail, "")
+                if task.cancel_requested_at is not None:
+                    state = TaskState.CANCELLED
+                    self._finish(task, state, now, error=error, detail=detail)
+                elif task.attempts >= task.max_attempts:
+                    state = TaskState.FAILED
+                    self._finish(task, state, now, error=error, detail=detail)
+                else:
+                    state = TaskState.RETRY_WAIT
+                    due = now + retry_delay(task.name, task.attempts)
+                    self._retry_later(task, due, now, error, detail=detail)
+                reclaimed.append(Reclaimed(task.id, task.name, task.attempts, owner, state))
+        return reclaimed
+
+    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+        with self._lock:
+            while self._heap and self._live_entry(self._heap[0]) is None:
+                heapq.heappop(self._heap)
+                self._stale -= 1
+            if self._heap and self._heap[0][0] > now:
+                due: datetime | None = self._heap[0][0]
+            else:
+                # Due tasks sit on top that this caller did not claim (other names):
+                # only then is a full scan needed.
+                due = min(
+                    (
+                        entry[0]
+                        for entry in self._heap
+                        if entry[0] > now
+                        and (task := self._live_entry(entry)) is not None
+                        and (names is None or task.name in names)
+                    ),
+                    default=None,
+                )
+            leases = [
+                t.lease_expires_at
+                for t in (self._tasks[i] for i in self._running)
+                if t.lease_expires_at is not None and t.lease_expires_at > now
+            ]
+        if due is not None:
+            leases.append(due)
+        return min(leases, default=None)
+
+    def close(self) -> None:
+        """Nothing to release; the tasks vanish with the process."""
+
+    # -- internals (the caller holds the lock) -------------------------------------------------
+
+    def _insert(self, new: NewTask, now: datetime) -> Submitted:
+        if new.idempotency_key is not None and new.idempotency_key in self._keys:
+            return Submitted(self._keys[new.idempotency_key], created=False)
+        task_id = self._next_id
+        self._next_id += 1
+        task = TaskRecord(
+            id=task_id,
+            seq=task_id,
+            name=new.name,
+            args=new.args,
+            state=TaskState.PENDING,
+            due_at=new.due_at,
+            attempts=0,
+            max_attempts=new.max_attempts,
+            lease_owner=None,
+            lease_expires_at=None,
+            fence=0,
+            cancel_requested_at=None,
+            result=None,
+            last_error=None,
+            idempotency_key=new.idempotency_key,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+        )
+        self._tasks[task_id] = task
+        self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, None)]
+        if new.idempotency_key is not None:
+            self._keys[new.idempotency_key] = task_id
+        heapq.heappush(self._heap, (task.due_at, task.seq, task_id))
+        return Submitted(task_id, created=True)
+
+    def _live_entry(self, entry: _HeapEntry) -> TaskRecord | None:
+        """The task an entry stands for, or None if the entry is stale."""
+        task = self._tasks.get(entry[2])
+        if task is None or task.state not in CLAIMABLE or task.due_at != entry[0]:
+            return None
+        return task
+
+    def _start(self, task: TaskRecord, owner: str, now: datetime, lease: timedelta) -> Claim:
+        check_transition(task.state, TaskState.RUNNING)
+        task = self._put(
+            replace(
+                task,
+                state=TaskState.RUNNING,
+                attempts=task.attempts + 1,
+                fence=task.fence + 1,
+                lease_owner=owner,
+                lease_expires_at=now + lease,
+                updated_at=now,
+            )
+        )
+        self._running.add(task.id)
+        self._event(task, now, f"claimed by {owner}")
+        return Claim(
+            task_id=task.id,
+            name=task.name,
+            args=task.args,
+            attempt=task.attempts,
+            max_attempts=task.max_attempts,
+            owner=owner,
+            fence=task.fence,
+            lease_expires_at=now + lease,
+            due_at=task.due_at,
+            seq=task.seq,
+            idempotency_key=effective_key(task.id, task.idempotency_key),
+        )
+
+    def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:
+        task = self._tasks.get(claim.task_id)
+        if (
+            task is None
+            or task.state != TaskState.RUNNING
+            or task.lease_owner != owner
+            or claim.owner != owner
+            or task.fence != claim.fence
+            or task.lease_expires_at is None
+            or task.lease_expires_at <= now
+        ):
+            return None
+        return task
+
+    def _retry_later(
+        self, task: TaskRecord, due: datetime, now: datetime, error: ErrorInfo, *, detail: str
+    ) -> None:
+        check_transition(task.state, TaskState.RETRY_WAIT)
+        task = self._put(
+            replace(
+                task,
+                state=TaskState.RETRY_WAIT,
+                due_at=due,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=error,
+                updated_at=now,
+            )
+        )
+        self._running.discard(task.id)
+        heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+        self._event(task, now, detail)
+
+    def _finish(
+        self,
+        task: TaskRecord,
+        state: TaskState,
+        now: datetime,
+        *,
+        result: Any = None,
+        error: ErrorInfo | None = None,
+        detail: str | None = None,
+    ) -> None:
+        check_transition(task.state, state)
+        task = self._put(
+            replace(
+                task,
+                state=state,
+                lease_owner=None,
+                lease_expires_at=None,
+                result=result,
+                last_error=error if error is not None else task.last_error,
+                updated_at=now,
+                finished_at=now,
+            )
+        )
+        self._running.discard(task.id)
+        key = task.idempotency_key
+        if state not in KEY_HOLDING and key is not None and self._keys.get(key) == task.id:
+            del self._keys[key]
+        if detail is None and error is not None:
+            detail = error.message
+        self._event(task, now, detail)
+
+    def _put(self, task: TaskRecord) -> TaskRecord:
+        self._tasks[task.id] = task
+        return task
+
+    def _event(self, task: TaskRecord, now: datetime, detail: str | None) -> None:
+        self._events[task.id].append(TaskEvent(task.id, now, task.state, task.attempts, detail))
+
+    def _maybe_compact(self) -> None:
+        size = len(self._heap)
+        if size >= self._compact_min and self._stale > self._compact_ratio * size:
+            self._heap = [e for e in self._heap if self._live_entry(e) is not None]
+            heapq.heapify(self._heap)
+            self._stale = 0
+            self.compactions += 1

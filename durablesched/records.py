@@ -1,0 +1,153 @@
+"""The values that cross the storage boundary: what is submitted, claimed and read back."""
+
+from __future__ import annotations
+
+import traceback as _traceback
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .states import TaskState
+
+#: A task's JSON arguments: an object whose members become keyword arguments.
+JSONArgs = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An exception as stored: enough to debug it, nothing that needs unpickling."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        return cls(
+            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            message=str(exc),
+            traceback="".join(_traceback.format_exception(exc)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A validated task ready to store (see :meth:`Scheduler.submit` for the checks)."""
+
+    name: str
+    args: JSONArgs
+    due_at: datetime
+    max_attempts: int
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What a submit did: the task's id, and False if a live task already had the key."""
+
+    task_id: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A snapshot of one task as stored."""
+
+    id: int
+    seq: int
+    name: str
+    args: JSONArgs
+    state: TaskState
+    due_at: datetime
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    fence: int
+    cancel_requested_at: datetime | None
+    result: Any
+    last_error: ErrorInfo | None
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def effective_key(self) -> str:
+        """The idempotency key for this task's effects: the submit key or one from the id."""
+        return effective_key(self.id, self.idempotency_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A worker's right to run one attempt of a task until ``lease_expires_at``.
+
+    ``fence`` grows with every claim of the task; an outcome written with an
+    older fence (or another owner) is refused by the store.
+    """
+
+    task_id: int
+    name: str
+    args: JSONArgs
+    attempt: int
+    max_attempts: int
+    owner: str
+    fence: int
+    lease_expires_at: datetime
+    due_at: datetime
+    seq: int
+    idempotency_key: str
+
+    @property
+    def exhausted(self) -> bool:
+        """True if this is the last attempt the task is allowed."""
+        return self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    """A lease renewed by a heartbeat, and whether cancellation was requested."""
+
+    task_id: int
+    fence: int
+    lease_expires_at: datetime
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A task whose lease expired and what reclaiming it made of it."""
+
+    task_id: int
+    name: str
+    attempt: int
+    owner: str
+    state: TaskState
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """One line of a task's history: it entered ``state`` at ``at``."""
+
+    task_id: int
+    at: datetime
+    state: TaskState
+    attempt: int
+    detail: str | None
+
+
+class CancelOutcome(StrEnum):
+    """What :meth:`Scheduler.cancel` achieved, honestly."""
+
+    #: It had not started and now never will.
+    CANCELLED = "CANCELLED"
+    #: It is running; it was asked to stop and may still finish (cooperative).
+    REQUESTED = "REQUESTED"
+    #: It had already finished; nothing changed.
+    TOO_LATE = "TOO_LATE"
+
+
+def effective_key(task_id: int, submit_key: str | None) -> str:
+    """The stable idempotency key a task's effects carry across all its attempts."""
+    return submit_key if submit_key is not None else f"durablesched-task-{task_id}"

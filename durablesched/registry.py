@@ -1,0 +1,97 @@
+"""Task functions by name: the object a worker process imports as ``module:attr``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .errors import ConfigurationError, UnknownTaskNameError
+from .retry import DEFAULT_RETRY, RetryPolicy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """A registered task: its function and how it is retried."""
+
+    name: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    pass_context: bool
+
+
+class TaskRegistry:
+    """Maps task names to functions. Rows naming anything else never run.
+
+    A worker only ever calls functions registered here: a task name read from
+    the database is looked up in this dict, never imported.
+    """
+
+    def __init__(self, *, default_retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.default_retry = default_retry
+        self._tasks: dict[str, TaskDefinition] = {}
+        self._names: frozenset[str] = frozenset()
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[F], F]:
+        """Register the decorated function under ``name`` (default: its qualified name).
+
+        With ``pass_context=True`` the function receives the :class:`TaskContext`
+        as its first argument, before the task's keyword arguments.
+        """
+
+        def decorate(fn: F) -> F:
+            self.register(fn, name=name, retry=retry, pass_context=pass_context)
+            return fn
+
+        return decorate
+
+    def register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        pass_context: bool = False,
+    ) -> TaskDefinition:
+        task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
+        if not task_name or not task_name.strip():
+            raise ConfigurationError("a task name must not be empty")
+        if task_name in self._tasks:
+            raise ConfigurationError(f"a task named {task_name!r} is already registered")
+        definition = TaskDefinition(task_name, fn, retry or self.default_retry, pass_context)
+        self._tasks[task_name] = definition
+        self._names = frozenset(self._tasks)
+        return definition
+
+    def get(self, name: str) -> TaskDefinition:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownTaskNameError(f"no task is registered under the name {name!r}") from None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every registered name: what a worker of this registry may claim."""
+        return self._names
+
+    def retry_policy(self, name: str) -> RetryPolicy:
+        """The policy for ``name``, or the default for names this registry lacks."""
+        definition = self._tasks.get(name)
+        return definition.retry if definition else self.default_retry
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._tasks))
+
+    def __len__(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,154 @@
+"""The public face of a queue: submit, inspect and cancel tasks in a store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from .clock import Clock, SystemClock
+from .errors import TaskNotFoundError
+from .records import CancelOutcome, NewTask, TaskEvent, TaskRecord
+from .registry import TaskRegistry
+from .states import TaskState
+from .store import Store
+from .submission import build_task
+
+
+class Scheduler:
+    """Submit, read and cancel tasks in ``store``, with time from ``clock``.
+
+    ``registry`` is optional for a process that only submits; when given,
+    submitting a name it lacks is an error. Safe to share between threads,
+    including threads running tasks.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        registry: TaskRegistry | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._listeners: list[Callable[[str, int], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    def submit(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+    ) -> int:
+        """Store a task and return its id.
+
+        Due at ``at`` (timezone-aware), after ``delay`` (a timedelta or
+        seconds), or now. With ``key``, a task already holding that key (one
+        not FAILED or CANCELLED) is returned instead of a new one.
+        """
+        task = build_task(
+            name,
+            args,
+            now=self.clock.now(),
+            at=at,
+            delay=delay,
+            max_attempts=max_attempts,
+            key=key,
+            registry=self.registry,
+        )
+        return self._store([task])[0]
+
+    def submit_many(
+        self,
+        name: str,
+        args_list: Iterable[Mapping[str, Any] | None],
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+    ) -> list[int]:
+        """Store many tasks of one name in one transaction; ids in the same order."""
+        now = self.clock.now()
+        tasks = [
+            build_task(
+                name,
+                args,
+                now=now,
+                at=at,
+                delay=delay,
+                max_attempts=max_attempts,
+                registry=self.registry,
+            )
+            for args in args_list
+        ]
+        return self._store(tasks)
+
+    def get(self, task_id: int) -> TaskRecord:
+        """The task as stored now; :class:`TaskNotFoundError` if there is none."""
+        task = self.store.get(task_id)
+        if task is None:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        return task
+
+    def history(self, task_id: int) -> list[TaskEvent]:
+        """Every state the task went through, oldest first."""
+        events = self.store.history(task_id)
+        if not events:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        return events
+
+    def list_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks in (due_at, seq) order, optionally of one state or name."""
+        return self.store.list_tasks(state=state, name=name, limit=limit)
+
+    def cancel(self, task_id: int) -> CancelOutcome:
+        """Cancel a task, and say honestly what that achieved.
+
+        CANCELLED: it had not started and never will. REQUESTED: it is running
+        and has been asked to stop; cancellation is cooperative, so it may still
+        succeed. TOO_LATE: it had already finished.
+        """
+        outcome = self.store.request_cancel(task_id, self.clock.now())
+        if outcome is CancelOutcome.REQUESTED:
+            self._notify("cancel", task_id)
+        return outcome
+
+    def subscribe(self, listener: Callable[[str, int], None]) -> Callable[[], None]:
+        """Call ``listener(event, task_id)`` on 'submit' and 'cancel' in this process.
+
+        Workers use it to wake up at once; returns a function that unsubscribes.
+        """
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._listeners_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _store(self, tasks: list[NewTask]) -> list[int]:
+        if not tasks:
+            return []
+        submitted = self.store.submit(tasks, self.clock.now())
+        created = [item.task_id for item in submitted if item.created]
+        if created:
+            # One wake-up per batch: a woken worker claims everything due anyway.
+            self._notify("submit", created[0])
+        return [item.task_id for item in submitted]
+
+    def _notify(self, event: str, task_id: int) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(event, task_id)

@@ -1,0 +1,148 @@
+"""The storage boundary every backend implements, in tasks, owners, leases and times.
+
+Every method takes ``now`` (and the owner, where one is involved) as an
+argument: a store never reads a clock of its own, so the same calls give the
+same answers on every backend. A *valid claim* is one whose task is RUNNING
+with the claim's owner and fence and whose lease has not expired at ``now``;
+every outcome write is conditional on it in one atomic step, and a write with
+an invalid claim changes nothing and returns a falsy value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+from .records import (
+    CancelOutcome,
+    Claim,
+    ErrorInfo,
+    LeaseStatus,
+    NewTask,
+    Reclaimed,
+    Submitted,
+    TaskEvent,
+    TaskRecord,
+)
+from .states import TaskState
+
+#: Database work a task registers to commit together with its success.
+Effect = Callable[[Connection], object]
+#: How long a task called ``name`` waits after failed attempt ``attempt``.
+RetryDelay = Callable[[str, int], timedelta]
+
+
+class Store(Protocol):
+    """Durable (or not) home of tasks. Implementations must be thread-safe."""
+
+    def submit(self, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+        """Store ``tasks`` as PENDING, in order, all or none.
+
+        A task whose idempotency key is held by a task in a key-holding state
+        (PENDING, RUNNING, RETRY_WAIT, SUCCEEDED) is not stored; its entry in
+        the result carries the holder's id and ``created=False``.
+        """
+        ...
+
+    def get(self, task_id: int) -> TaskRecord | None:
+        """The task, or None if no task has that id."""
+        ...
+
+    def history(self, task_id: int) -> list[TaskEvent]:
+        """Every state the task entered, oldest first (empty for an unknown id)."""
+        ...
+
+    def list_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Up to ``limit`` tasks, filtered, in (due_at, seq) order."""
+        ...
+
+    def claim(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` claimable tasks due at ``now``, earliest (due_at, seq) first.
+
+        Each becomes RUNNING with ``owner``, a lease until ``now + lease``, one
+        more attempt and a new fence. With ``names``, only tasks of those names
+        qualify (a worker never claims what it cannot run).
+        """
+        ...
+
+    def heartbeat(
+        self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
+    ) -> list[LeaseStatus]:
+        """Extend every still-valid claim to ``now + lease`` in one step.
+
+        Claims missing from the result were lost.
+        """
+        ...
+
+    def complete(
+        self,
+        claim: Claim,
+        result: Any,
+        now: datetime,
+        *,
+        children: Sequence[NewTask] = (),
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        """Record SUCCEEDED with ``result``, the children and the effects, atomically.
+
+        Also records the task's idempotency key with its result. False (and
+        nothing written, effects included) if the claim is not valid. An
+        effect that raises undoes everything and the exception propagates.
+        """
+        ...
+
+    def fail(
+        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
+    ) -> TaskState | None:
+        """Record a failed attempt: RETRY_WAIT due at ``retry_at``, or FAILED.
+
+        FAILED when ``retry_at`` is None or cancellation was requested (a
+        requested cancellation is never retried). Returns the new state, or
+        None if the claim is not valid.
+        """
+        ...
+
+    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+        """RUNNING -> CANCELLED for a task whose cancellation was requested.
+
+        False if the claim is not valid; :class:`InvalidTransitionError` if
+        the claim is valid but no cancellation was requested.
+        """
+        ...
+
+    def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
+        """Cancel a task that has not started, or ask a running one to stop.
+
+        :class:`TaskNotFoundError` for an unknown id.
+        """
+        ...
+
+    def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+        """Finalise every RUNNING task whose lease expired at or before ``now``.
+
+        The lost attempt counts: CANCELLED if cancellation was requested, FAILED
+        if attempts are exhausted, otherwise RETRY_WAIT due after
+        ``retry_delay``. Re-checks state and expiry in the same step, so a task
+        completed a moment earlier is never overwritten.
+        """
+        ...
+
+    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+        """The earliest time after ``now`` when a claim or a reclaim could succeed."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files. The store is unusable afterwards."""
+        ...

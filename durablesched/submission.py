@@ -1,0 +1,97 @@
+"""Checking what is submitted, before anything is stored."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .errors import InvalidTaskError, UnknownTaskNameError
+from .records import JSONArgs, NewTask
+from .registry import TaskRegistry
+
+MAX_NAME_LENGTH = 200
+MAX_KEY_LENGTH = 200
+
+
+def to_json(value: Any, what: str) -> str:
+    """Serialise ``value`` strictly (no NaN, no infinities), naming ``what`` on failure."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskError(f"{what} must be JSON-serialisable: {exc}") from None
+
+
+def canonical_json(value: Any, what: str) -> Any:
+    """``value`` as it will read back from storage (tuples become lists, and so on)."""
+    return json.loads(to_json(value, what))
+
+
+def build_task(
+    name: str,
+    args: Mapping[str, Any] | None,
+    *,
+    now: datetime,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    max_attempts: int | None = None,
+    key: str | None = None,
+    registry: TaskRegistry | None = None,
+) -> NewTask:
+    """Validate one submission and say exactly what is wrong with it."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidTaskError(f"task name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTaskError(f"task name is longer than {MAX_NAME_LENGTH} characters")
+    if registry is not None and name not in registry:
+        raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
+    task_args: JSONArgs = canonical_json(_check_args(args), f"arguments of task {name!r}")
+    due_at = _due_at(now, at, delay)
+    if max_attempts is None:
+        max_attempts = registry.retry_policy(name).max_attempts if registry else 5
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidTaskError(
+            f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
+        )
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH):
+        raise InvalidTaskError(
+            f"idempotency key must be a non-empty string of at most {MAX_KEY_LENGTH} characters"
+        )
+    return NewTask(name, task_args, due_at, max_attempts, key)
+
+
+def _check_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise InvalidTaskError(
+            f"task arguments must be a JSON object (a dict of keyword arguments), "
+            f"got {type(args).__name__}"
+        )
+    for arg_name in args:
+        if not isinstance(arg_name, str) or not arg_name.isidentifier():
+            raise InvalidTaskError(f"argument name {arg_name!r} is not a valid keyword")
+    return dict(args)
+
+
+def _due_at(now: datetime, at: datetime | None, delay: timedelta | float | None) -> datetime:
+    if at is not None and delay is not None:
+        raise InvalidTaskError("give either at= or delay=, not both")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidTaskError(f"at= must be a datetime, got {type(at).__name__}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidTaskError(f"at= is a naive datetime ({at}); give it a time zone")
+        return at.astimezone(UTC)
+    if delay is None:
+        return now
+    if isinstance(delay, bool) or not isinstance(delay, timedelta | int | float):
+        raise InvalidTaskError(f"delay= must be a timedelta or seconds, got {delay!r}")
+    if isinstance(delay, float) and not math.isfinite(delay):
+        raise InvalidTaskError(f"delay= must be finite, got {delay!r}")
+    step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+    if step < timedelta(0):
+        raise InvalidTaskError(f"delay= must not be negative, got {delay!r}")
+    return now + step

@@ -1,0 +1,49 @@
+"""Helpers for testing code that uses durablesched, without sleeping.
+
+clock = ManualClock()
+scheduler = Scheduler(MemoryStore(), registry=tasks, clock=clock)
+scheduler.submit("email", {"to": "a@example.com"}, delay=60)
+run_until_complete(scheduler, clock)   # advances the clock as far as needed
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .clock import ManualClock as ManualClock
+from .errors import DurableSchedError
+from .scheduler import Scheduler
+from .worker import Worker
+
+__all__ = ["ManualClock", "run_due", "run_until_complete"]
+
+
+def run_due(scheduler: Scheduler, *, owner: str = "durablesched-testing") -> int:
+    """Run every task due at the clock's current time, in this thread; returns how many ran."""
+    return Worker(scheduler, owner=owner).run_due()
+
+
+def run_until_complete(
+    scheduler: Scheduler,
+    clock: ManualClock,
+    *,
+    until: datetime | None = None,
+    max_runs: int = 10_000,
+    owner: str = "durablesched-testing",
+) -> int:
+    """Run due tasks, advance ``clock`` to the next due time (or lease expiry), repeat.
+
+    Stops when nothing is left to run, or before moving past ``until``.
+    Returns how many attempts ran. Raises if more than ``max_runs`` attempts
+    ran, which usually means tasks keep submitting tasks.
+    """
+    worker = Worker(scheduler, owner=owner)
+    ran = 0
+    while True:
+        ran += worker.run_due()
+        if ran > max_runs:
+            raise DurableSchedError(f"more than {max_runs} task attempts ran; giving up")
+        nxt = scheduler.store.next_wakeup(clock.now())
+        if nxt is None or (until is not None and nxt > until):
+            return ran
+        clock.set(nxt)

@@ -1,0 +1,395 @@
+"""Claiming, running and recording tasks with a bounded number of threads.
+
+A worker claims a task only when it has a free slot, so nothing sits claimed
+inside a busy worker while another could run it. User code always runs with
+no lock of ours held; outcomes are written through the store, fenced by the
+claim that started the attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .context import TaskContext
+from .errors import ConfigurationError, InvalidTransitionError, TaskCancelled
+from .records import Claim, ErrorInfo
+from .registry import TaskRegistry
+from .scheduler import Scheduler
+from .states import TaskState
+from .submission import canonical_json
+
+log = logging.getLogger("durablesched.worker")
+
+
+@dataclass(slots=True)
+class _Running:
+    claim: Claim
+    context: TaskContext
+
+
+class Worker:
+    """Runs the tasks of ``scheduler.registry`` with up to ``concurrency`` threads.
+
+    ``lease`` is how long a claim lasts without a heartbeat; heartbeats renew
+    every held lease at ``heartbeat_interval`` (a third of the lease by
+    default). Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a
+    thread), or :meth:`run_once` and :meth:`run_due` from tests.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        concurrency: int = 1,
+        lease: timedelta | float = timedelta(seconds=30),
+        heartbeat_interval: timedelta | float | None = None,
+        owner: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if scheduler.registry is None:
+            raise ConfigurationError("a worker needs a scheduler with a task registry")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        self.scheduler = scheduler
+        self.registry: TaskRegistry = scheduler.registry
+        self.concurrency = concurrency
+        self.lease = _seconds(lease, "lease")
+        self.heartbeat_interval = (
+            self.lease / 3
+            if heartbeat_interval is None
+            else _seconds(heartbeat_interval, "heartbeat_interval")
+        )
+        if self.heartbeat_interval >= self.lease:
+            raise ConfigurationError("heartbeat_interval must be shorter than the lease")
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._active: dict[int, _Running] = {}
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._next_heartbeat: datetime | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Heartbeat if due, reclaim expired leases, claim into free slots. Returns claims made.
+
+        Claimed tasks start on the worker's threads; this call does not wait for them.
+        """
+        now = self.scheduler.clock.now()
+        self.heartbeat(now, force=False)
+        self.reclaim(now)
+        if self._stopping.is_set():
+            return 0
+        free = self.concurrency - self.active_count
+        if free <= 0:
+            return 0
+        claims = self.scheduler.store.claim(self.owner, free, now, self.lease, self.registry.names)
+        for claim in claims:
+            self._launch(claim)
+        return len(claims)
+
+    def run_due(self) -> int:
+        """Run every task due now, one at a time in the calling thread; returns how many ran.
+
+        Meant for tests and scripts: with a manual clock, retries due later
+        wait until the clock is advanced.
+        """
+        ran = 0
+        while True:
+            now = self.scheduler.clock.now()
+            self.reclaim(now)
+            claims = self.scheduler.store.claim(self.owner, 1, now, self.lease, self.registry.names)
+            if not claims:
+                return ran
+            running = self._register(claims[0])
+            self._execute(running)
+            ran += 1
+
+    def heartbeat(self, now: datetime | None = None, *, force: bool = True) -> None:
+        """Renew every lease this worker holds in one store call, and pass on cancel requests."""
+        now = now or self.scheduler.clock.now()
+        if not force and self._next_heartbeat is not None and now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.heartbeat_interval
+        with self._lock:
+            held = {task_id: r for task_id, r in self._active.items()}
+        if not held:
+            return
+        claims = [r.claim for r in held.values()]
+        renewed = {
+            s.task_id: s
+            for s in self.scheduler.store.heartbeat(self.owner, claims, now, self.lease)
+        }
+        for task_id, running in held.items():
+            status = renewed.get(task_id)
+            if status is None:
+                if not running.context.lease_lost:
+                    log.warning(
+                        "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
+                        task_id,
+                        running.claim.name,
+                        running.claim.attempt,
+                    )
+                running.context._mark_lease_lost()
+            elif status.cancel_requested:
+                running.context._request_cancel()
+
+    def reclaim(self, now: datetime | None = None) -> int:
+        """Finalise tasks whose leases expired, in any worker. Returns how many."""
+        now = now or self.scheduler.clock.now()
+        reclaimed = self.scheduler.store.reclaim_expired(now, self._retry_delay)
+        for r in reclaimed:
+            log.warning(
+                "reclaim: task %s (%s) attempt %s of %s lost its lease -> %s",
+                r.task_id,
+                r.name,
+                r.attempt,
+                r.owner,
+                r.state,
+            )
+        return len(reclaimed)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks."""
+        stop_event = stop or self._stopping
+        unsubscribe = self.scheduler.subscribe(self._on_event)
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durablesched-task")
+        try:
+            while not stop_event.is_set() and not self._stopping.is_set():
+                self._wakeup.clear()
+                self.run_once()
+                self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
+        finally:
+            unsubscribe()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def start(self) -> threading.Thread:
+        """Run the loop in a background thread."""
+        if self._thread is not None:
+            raise ConfigurationError("this worker was already started")
+        self._thread = threading.Thread(
+            target=self.run, name=f"durablesched-{self.owner}", daemon=True
+        )
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop claiming, let running tasks finish, and return True once the loop ended."""
+        self._stopping.set()
+        self._wakeup.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no task is running here (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._active:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._changed.wait(remaining):
+                    return not self._active
+            return True
+
+    def wait_running(self, count: int, timeout: float) -> bool:
+        """Block until at least ``count`` tasks run here (True) or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(self._active) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._changed.wait(remaining):
+                    return len(self._active) >= count
+            return True
+
+    @property
+    def active_count(self) -> int:
+        with self._lock:
+            return len(self._active)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _on_event(self, event: str, task_id: int) -> None:
+        if event == "cancel":
+            with self._lock:
+                running = self._active.get(task_id)
+            if running is not None:
+                running.context._request_cancel()
+        self._wakeup.set()
+
+    def _next_wake_time(self) -> datetime | None:
+        now = self.scheduler.clock.now()
+        times: list[datetime] = []
+        if self.active_count < self.concurrency:
+            nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
+            if nxt is not None:
+                times.append(nxt)
+        if self.active_count and self._next_heartbeat is not None:
+            times.append(self._next_heartbeat)
+        return min(times, default=None)
+
+    def _register(self, claim: Claim) -> _Running:
+        running = _Running(claim, TaskContext(claim, self.scheduler))
+        with self._changed:
+            if not self._active:
+                # Hear this process's cancel requests while we hold tasks.
+                self._unsubscribe = self.scheduler.subscribe(self._on_event)
+            self._active[claim.task_id] = running
+            self._changed.notify_all()
+        if self._next_heartbeat is None:
+            self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
+        return running
+
+    def _launch(self, claim: Claim) -> None:
+        running = self._register(claim)
+        if self._pool is None:
+            # run_once() called outside run(): use a pool of our own, made once.
+            self._pool = ThreadPoolExecutor(
+                self.concurrency, thread_name_prefix="durablesched-task"
+            )
+        self._pool.submit(self._execute, running)
+
+    def _execute(self, running: _Running) -> None:
+        claim, ctx = running.claim, running.context
+        started = time.monotonic()
+        log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
+        try:
+            self._run_and_record(claim, ctx, started)
+        except Exception:
+            # The store itself failed: the lease will expire and the task be reclaimed.
+            log.exception("could not record the outcome of task %s", claim.task_id)
+        finally:
+            with self._changed:
+                self._active.pop(claim.task_id, None)
+                if not self._active and self._unsubscribe is not None:
+                    self._unsubscribe()
+                    self._unsubscribe = None
+                self._changed.notify_all()
+            self._wakeup.set()
+
+    def _run_and_record(self, claim: Claim, ctx: TaskContext, started: float) -> None:
+        store = self.scheduler.store
+        try:
+            definition = self.registry.get(claim.name)
+            if definition.pass_context:
+                value: Any = definition.fn(ctx, **claim.args)
+            else:
+                value = definition.fn(**claim.args)
+            result = canonical_json(value, f"the result of task {claim.name!r}")
+        except TaskCancelled as exc:
+            if ctx.cancel_requested:
+                self._acknowledge(claim, started)
+                return
+            self._fail(claim, exc, started)
+            return
+        except Exception as exc:
+            self._fail(claim, exc, started)
+            return
+        try:
+            ok = store.complete(
+                claim,
+                result,
+                self.scheduler.clock.now(),
+                children=ctx.children,
+                effects=ctx.effects,
+            )
+        except Exception as exc:
+            # An effect raised (or could not run): nothing of the success was kept.
+            self._fail(claim, exc, started)
+            return
+        if ok:
+            log.info(
+                "success: task %s (%s) attempt %s in %.3fs",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+                time.monotonic() - started,
+            )
+        else:
+            self._discarded(claim, "success")
+
+    def _acknowledge(self, claim: Claim, started: float) -> None:
+        try:
+            ok = self.scheduler.store.acknowledge_cancel(claim, self.scheduler.clock.now())
+        except InvalidTransitionError as exc:
+            self._fail(claim, exc, started)
+            return
+        if ok:
+            log.info(
+                "cancel: task %s (%s) attempt %s acknowledged in %.3fs",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+                time.monotonic() - started,
+            )
+        else:
+            self._discarded(claim, "cancel acknowledgement")
+
+    def _fail(self, claim: Claim, exc: BaseException, started: float) -> None:
+        now = self.scheduler.clock.now()
+        retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
+        state = self.scheduler.store.fail(claim, ErrorInfo.from_exception(exc), retry_at, now)
+        elapsed = time.monotonic() - started
+        if state is None:
+            self._discarded(claim, "failure")
+        elif state is TaskState.RETRY_WAIT:
+            log.warning(
+                "retry: task %s (%s) attempt %s failed in %.3fs (%s: %s); next at %s",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+                elapsed,
+                type(exc).__name__,
+                exc,
+                retry_at.isoformat() if retry_at else "-",
+            )
+        else:
+            log.error(
+                "failure: task %s (%s) attempt %s failed in %.3fs (%s: %s); no retry",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+                elapsed,
+                type(exc).__name__,
+                exc,
+            )
+
+    def _discarded(self, claim: Claim, what: str) -> None:
+        log.warning(
+            "lease lost: the %s of task %s (%s) attempt %s was discarded",
+            what,
+            claim.task_id,
+            claim.name,
+            claim.attempt,
+        )
+
+    def _retry_delay(self, name: str, attempt: int) -> timedelta:
+        return self.registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _seconds(value: timedelta | float, what: str) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ConfigurationError(f"{what} must be a timedelta or seconds, got {value!r}")
+    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if step <= timedelta(0):
+        raise ConfigurationError(f"{what} must be positive, got {value!r}")
+    return step

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durablesched import ManualClock, SystemClock
+
+from ..conftest import WAIT
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_manual_clock_moves_only_when_told() -> None:
+    clock = ManualClock(START)
+    assert clock.now() == START
+    assert clock.advance(1.5) == START + timedelta(seconds=1.5)
+    assert clock.set(START + timedelta(hours=1)) == START + timedelta(hours=1)
+    with pytest.raises(ValueError, match="forward"):
+        clock.set(START)
+    with pytest.raises(ValueError, match="forward"):
+        clock.advance(-1)
+    with pytest.raises(ValueError, match="naive"):
+        ManualClock(datetime(2030, 1, 1))
+
+
+def test_advancing_wakes_a_waiter() -> None:
+    clock = ManualClock(START)
+    event = threading.Event()
+    woke = threading.Event()
+
+    def waiter() -> None:
+        clock.wait(event, START + timedelta(seconds=5))
+        woke.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    # The waiter registers itself; advancing sets its event.
+    while not clock._waiters:
+        assert t.is_alive()
+        event.wait(0.001)
+    clock.advance(5)
+    assert woke.wait(WAIT)
+    t.join(WAIT)
+
+
+def test_wait_past_deadline_returns_at_once() -> None:
+    clock = ManualClock(START)
+    assert clock.wait(threading.Event(), START) is False
+
+
+def test_system_clock_is_aware_utc_and_wait_returns_on_event() -> None:
+    clock = SystemClock()
+    assert clock.now().tzinfo is UTC
+    event = threading.Event()
+    event.set()
+    assert clock.wait(event, None) is True
+    assert clock.wait(threading.Event(), clock.now() - timedelta(seconds=1)) is False
