@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from durablesched import ManualClock, MemoryStore, Scheduler, Store, TaskRegistry
+from durablesched.sqlite import SQLiteStore
 
 #: "Time 10" of the worked example.
 T0 = datetime(2030, 1, 1, 0, 0, 10, tzinfo=UTC)
 #: Every bounded wait in the tests, in seconds.
 WAIT = 10.0
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "sqlite"]
 
 
 def at(seconds: float) -> datetime:
@@ -26,6 +27,8 @@ def at(seconds: float) -> datetime:
 def make_store(backend: str, tmp_path: Path) -> Store:
     if backend == "memory":
         return MemoryStore(compact_min=8)
+    if backend == "sqlite":
+        return SQLiteStore(tmp_path / "tasks.db")
     raise AssertionError(f"unknown backend {backend}")
 
 
@@ -38,6 +41,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 def store(backend: str, tmp_path: Path) -> Iterator[Store]:
     s = make_store(backend, tmp_path)
     yield s
+    if isinstance(s, SQLiteStore):
+        # A connection-leak check for free: every store call returns its connection.
+        assert s.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     s.close()
 
 

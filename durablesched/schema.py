@@ -1,0 +1,117 @@
+"""The SQL schema as SQLAlchemy metadata: what the migrations must produce, exactly.
+
+Times are TEXT in UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``: readable in ``sqlite3``
+and ordered correctly by plain string comparison. JSON is TEXT.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+
+from .states import CLAIMABLE, KEY_HOLDING, TaskState
+
+metadata = MetaData()
+
+
+def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
+    return ", ".join(f"'{s.value}'" for s in sorted(states))
+
+
+#: SQL fragments with the state literals inlined: a bound parameter would make
+#: SQLite re-prepare the statement and miss the partial indexes.
+CLAIMABLE_SQL = f"state IN ({_in(CLAIMABLE)})"
+KEY_HOLDING_SQL = f"state IN ({_in(KEY_HOLDING)})"
+ALL_STATES_SQL = _in(set(TaskState))
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("args", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("due_at", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", Text),
+    Column("fence", Integer, nullable=False, server_default=text("0")),
+    Column("cancel_requested_at", Text),
+    Column("result", Text),
+    Column("last_error", Text),
+    Column("idempotency_key", Text),
+    Column("created_at", Text, nullable=False),
+    Column("updated_at", Text, nullable=False),
+    Column("finished_at", Text),
+    CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
+    CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
+    CheckConstraint("attempts >= 0", name="ck_tasks_attempts"),
+)
+
+#: The claim walks this index in (due_at, seq) order over claimable rows only,
+#: so finished rows never slow it down.
+Index(
+    "ix_tasks_claimable",
+    tasks.c.due_at,
+    tasks.c.seq,
+    sqlite_where=text(CLAIMABLE_SQL),
+    postgresql_where=text(CLAIMABLE_SQL),
+)
+#: The reclaim finds expired leases through this one.
+Index(
+    "ix_tasks_running_lease",
+    tasks.c.lease_expires_at,
+    sqlite_where=text("state = 'RUNNING'"),
+    postgresql_where=text("state = 'RUNNING'"),
+)
+#: At most one key-holding task per idempotency key.
+Index(
+    "ux_tasks_idempotency_key",
+    tasks.c.idempotency_key,
+    unique=True,
+    sqlite_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
+    postgresql_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
+)
+Index("ix_tasks_state_name", tasks.c.state, tasks.c.name)
+
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("task_id", Integer, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("at", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("detail", Text),
+    CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_task_events_state"),
+)
+Index("ix_task_events_task_id", task_events.c.task_id)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("task_id", Integer, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    Column("result", Text),
+)
+Index("ix_idempotency_keys_task_id", idempotency_keys.c.task_id)
+
+#: Allocates ``tasks.seq`` (and new ids) so that neither is ever reused.
+counters = Table(
+    "durablesched_counters",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", Integer, nullable=False),
+)

@@ -1,0 +1,719 @@
+"""The durable backend: one SQLite file through SQLAlchemy Core. All of its SQL is here.
+
+Every write transaction begins IMMEDIATE (no read is ever upgraded into a
+write), the journal is WAL, and every outcome write names the claim that made
+it in its WHERE clause. Reads run in deferred transactions on the same pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Row, create_engine, event, exc, text
+from sqlalchemy.engine import make_url
+
+from .errors import (
+    ConfigurationError,
+    InvalidTransitionError,
+    SchemaError,
+    StoreError,
+    TaskNotFoundError,
+)
+from .migrate import check_schema
+from .records import (
+    CancelOutcome,
+    Claim,
+    ErrorInfo,
+    LeaseStatus,
+    NewTask,
+    Reclaimed,
+    Submitted,
+    TaskEvent,
+    TaskRecord,
+    effective_key,
+)
+from .schema import CLAIMABLE_SQL
+from .states import TaskState
+from .store import Effect, RetryDelay
+
+Durability = Literal["full", "normal"]
+#: PRAGMA synchronous per durability mode (see docs/durability.md).
+SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+# -- the SQL -------------------------------------------------------------------------------------
+
+#: Valid claim: RUNNING, same owner, same fence, lease not yet expired.
+VALID = (
+    "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
+    "AND lease_expires_at > :now"
+)
+TASK_COLUMNS = (
+    "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
+    "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
+    "created_at, updated_at, finished_at"
+)
+NAMES_FILTER = "AND name IN (SELECT value FROM json_each(:names))"
+
+SQL_ALLOCATE = text(
+    "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
+)
+SQL_FIND_KEY = text(
+    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
+    "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+SQL_INSERT_TASK = text(
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "idempotency_key, created_at, updated_at) VALUES (:id, :seq, :name, :args, 'PENDING', "
+    ":due_at, 0, :max_attempts, 0, :idempotency_key, :now, :now)"
+)
+SQL_INSERT_EVENT = text(
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    "VALUES (:task_id, :at, :state, :attempt, :detail)"
+)
+
+
+def _claim_sql(names: bool) -> str:
+    return (
+        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
+        "WHERE id IN (SELECT id FROM tasks "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
+        "ORDER BY due_at, seq LIMIT :limit) "
+        "RETURNING id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
+    )
+
+
+#: The claim: one statement, earliest (due_at, seq) first, via ix_tasks_claimable.
+SQL_CLAIM = text(_claim_sql(names=False))
+SQL_CLAIM_NAMED = text(_claim_sql(names=True))
+SQL_HEARTBEAT = text(
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
+    "AND fence = json_extract(:fences, '$.\"' || id || '\"') "
+    "AND state = 'RUNNING' AND lease_owner = :owner AND lease_expires_at > :now "
+    "RETURNING id, fence, lease_expires_at, cancel_requested_at"
+)
+SQL_COMPLETE = text(
+    "UPDATE tasks SET state = 'SUCCEEDED', result = :result, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} RETURNING attempts, idempotency_key"
+)
+SQL_RECORD_KEY = text(
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
+    "VALUES (:key, :task_id, :now, :result)"
+)
+_GIVE_UP = "(:retry_at IS NULL OR cancel_requested_at IS NOT NULL)"
+SQL_FAIL = text(
+    f"UPDATE tasks SET state = CASE WHEN {_GIVE_UP} THEN 'FAILED' ELSE 'RETRY_WAIT' END, "
+    f"due_at = CASE WHEN {_GIVE_UP} THEN due_at ELSE :retry_at END, "
+    f"finished_at = CASE WHEN {_GIVE_UP} THEN :now ELSE NULL END, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
+SQL_ACK_CANCEL = text(
+    "UPDATE tasks SET state = 'CANCELLED', lease_owner = NULL, lease_expires_at = NULL, "
+    "updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
+)
+SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
+SQL_CANCEL_WAITING = text(
+    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
+    f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
+)
+SQL_CANCEL_RUNNING = text(
+    "UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, :now), "
+    "updated_at = :now WHERE id = :id AND state = 'RUNNING' RETURNING id"
+)
+SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
+SQL_ANY_EXPIRED = text(
+    "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
+)
+SQL_EXPIRED = text(
+    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
+    "cancel_requested_at, fence FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
+)
+#: The reclaim re-checks state, fence and expiry itself: a completion that
+#: landed a moment earlier is never overwritten.
+SQL_RECLAIM = text(
+    "UPDATE tasks SET state = :state, due_at = coalesce(:due_at, due_at), "
+    "finished_at = :finished_at, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND fence = :fence AND lease_expires_at <= :now"
+)
+SQL_NEXT_DUE = text(
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
+)
+SQL_NEXT_DUE_NAMED = text(
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+SQL_NEXT_EXPIRY = text(
+    "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
+    "ORDER BY lease_expires_at LIMIT 1"
+)
+SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
+SQL_HISTORY = text(
+    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
+)
+
+
+# -- time and JSON as stored ---------------------------------------------------------------------
+
+
+def to_db_time(when: datetime) -> str:
+    """UTC, fixed width, so that text order is time order and a person can read it."""
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def from_db_time(value: str) -> datetime:
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def _opt_time(value: str | None) -> datetime | None:
+    return None if value is None else from_db_time(value)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _error_json(error: ErrorInfo) -> str:
+    return _dump({"type": error.type, "message": error.message, "traceback": error.traceback})
+
+
+def _error(value: str | None) -> ErrorInfo | None:
+    if value is None:
+        return None
+    data = json.loads(value)
+    return ErrorInfo(str(data["type"]), str(data["message"]), str(data["traceback"]))
+
+
+# -- the engine ----------------------------------------------------------------------------------
+
+
+def sqlite_url(db: str | os.PathLike[str]) -> str:
+    """An SQLAlchemy URL for ``db``, a file path or an ``sqlite://`` URL."""
+    raw = os.fspath(db)
+    if "://" in raw:
+        url = make_url(raw)
+        if url.get_backend_name() != "sqlite":
+            raise ConfigurationError(
+                f"only SQLite databases are supported here, got a {url.get_backend_name()} URL"
+            )
+        return raw
+    return f"sqlite:///{Path(raw).expanduser().resolve()}"
+
+
+def _prepare_file(url: str) -> None:
+    """Refuse a directory or a non-SQLite file; create a new file readable by its owner only."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a database file")
+    if path.exists():
+        if path.stat().st_size:
+            with path.open("rb") as fh:
+                if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                    raise SchemaError(f"{path} is not a SQLite database")
+        return
+    if not path.parent.is_dir():
+        raise StoreError(f"cannot create {path}: the directory {path.parent} does not exist")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise StoreError(f"cannot create {path}: {e.strerror}") from None
+    os.close(fd)
+
+
+def create_sqlite_engine(
+    db: str | os.PathLike[str],
+    *,
+    durability: Durability = "full",
+    busy_timeout: float = 30.0,
+    pool_size: int = 8,
+) -> Engine:
+    """An engine with WAL, foreign keys, a busy timeout and IMMEDIATE write transactions.
+
+    Connections from ``engine.execution_options(durablesched_read=True)``
+    begin deferred transactions instead, for reads.
+    """
+    if durability not in SYNCHRONOUS:
+        raise ConfigurationError(f"durability must be 'full' or 'normal', got {durability!r}")
+    url = sqlite_url(db)
+    _prepare_file(url)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=64,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout},
+    )
+    synchronous = SYNCHRONOUS[durability]
+    timeout_ms = int(busy_timeout * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # We issue BEGIN ourselves (below), so the driver must not.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("durablesched_read"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Database errors leave as StoreError (or SchemaError) naming what failed."""
+    try:
+        yield
+    except exc.DBAPIError as e:
+        message = str(e.orig) if e.orig is not None else str(e)
+        if "not a database" in message:
+            raise SchemaError(f"{what}: the file is not a SQLite database ({message})") from e
+        if "no such table" in message:
+            raise SchemaError(f"{what}: the durablesched schema is missing ({message})") from e
+        raise StoreError(f"{what} failed: {message}") from e
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class SQLiteStore:
+    """A :class:`~durablesched.store.Store` in one SQLite file.
+
+    ``db`` is a path or an ``sqlite:///`` URL. A new file is created at the
+    current schema; an older schema is upgraded only with ``migrate=True``; a
+    newer one is refused with :class:`SchemaError`. ``durability="full"``
+    (the default) survives power loss; ``"normal"`` survives process crashes
+    but may lose the last commits on power loss (docs/durability.md).
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        *,
+        durability: Durability = "full",
+        migrate: bool = False,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.engine = create_sqlite_engine(db, durability=durability, busy_timeout=busy_timeout)
+        self._reader = self.engine.execution_options(durablesched_read=True)
+        self.durability = durability
+        try:
+            with _translated(f"opening {self.engine.url.database}"):
+                self.schema_revision = check_schema(self.engine, migrate=migrate)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        with _translated(what), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[Connection]:
+        with _translated(what), self._reader.connect() as conn:
+            yield conn
+            conn.rollback()
+
+    # -- Store ----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        tasks: Sequence[NewTask],
+        now: datetime,
+        *,
+        connection: Connection | None = None,
+    ) -> list[Submitted]:
+        """Store tasks; with ``connection``, inside the caller's own transaction.
+
+        The caller's connection must be in a write transaction on this database
+        (one from ``store.engine.begin()`` is): the tasks exist if and only if
+        that transaction commits.
+        """
+        if connection is not None:
+            with _translated("submitting tasks"):
+                return self._insert(connection, tasks, now)
+        with self._write("submitting tasks") as conn:
+            return self._insert(conn, tasks, now)
+
+    def get(self, task_id: int) -> TaskRecord | None:
+        with self._read(f"reading task {task_id}") as conn:
+            row = conn.execute(SQL_GET, {"id": task_id}).first()
+        return None if row is None else _record(row)
+
+    def history(self, task_id: int) -> list[TaskEvent]:
+        with self._read(f"reading the history of task {task_id}") as conn:
+            created = conn.execute(
+                text("SELECT created_at FROM tasks WHERE id = :id"), {"id": task_id}
+            ).scalar()
+            rows = conn.execute(SQL_HISTORY, {"id": task_id}).all()
+        if created is None:
+            return []
+        # Submission is the row itself; later transitions are in task_events.
+        events = [TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, None)]
+        events.extend(
+            TaskEvent(r.task_id, from_db_time(r.at), TaskState(r.state), r.attempt, r.detail)
+            for r in rows
+        )
+        return events
+
+    def list_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        clauses = []
+        params: dict[str, Any] = {"limit": limit}
+        if state is not None:
+            clauses.append("state = :state")
+            params["state"] = TaskState(state).value
+        if name is not None:
+            clauses.append("name = :name")
+            params["name"] = name
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
+        with self._read("listing tasks") as conn:
+            return [_record(r) for r in conn.execute(sql, params)]
+
+    def claim(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        params: dict[str, Any] = {
+            "owner": owner,
+            "lease_expires_at": to_db_time(now + lease),
+            "now": to_db_time(now),
+            "limit": limit,
+        }
+        sql = SQL_CLAIM
+        if names is not None:
+            sql = SQL_CLAIM_NAMED
+            params["names"] = _dump(sorted(names))
+        with self._write("claiming tasks") as conn:
+            rows = conn.execute(sql, params).all()
+            if rows:
+                conn.execute(
+                    SQL_INSERT_EVENT,
+                    [
+                        {
+                            "task_id": r.id,
+                            "at": params["now"],
+                            "state": "RUNNING",
+                            "attempt": r.attempts,
+                            "detail": f"claimed by {owner}",
+                        }
+                        for r in rows
+                    ],
+                )
+        claims = [
+            Claim(
+                task_id=r.id,
+                name=r.name,
+                args=json.loads(r.args),
+                attempt=r.attempts,
+                max_attempts=r.max_attempts,
+                owner=owner,
+                fence=r.fence,
+                lease_expires_at=now + lease,
+                due_at=from_db_time(r.due_at),
+                seq=r.seq,
+                idempotency_key=effective_key(r.id, r.idempotency_key),
+            )
+            for r in rows
+        ]
+        claims.sort(key=lambda c: (c.due_at, c.seq))
+        return claims
+
+    def heartbeat(
+        self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
+    ) -> list[LeaseStatus]:
+        if not claims:
+            return []
+        params = {
+            "fences": _dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
+            "owner": owner,
+            "now": to_db_time(now),
+            "lease_expires_at": to_db_time(now + lease),
+        }
+        with self._write("renewing leases") as conn:
+            rows = conn.execute(SQL_HEARTBEAT, params).all()
+        return [
+            LeaseStatus(
+                r.id, r.fence, from_db_time(r.lease_expires_at), r.cancel_requested_at is not None
+            )
+            for r in rows
+        ]
+
+    def complete(
+        self,
+        claim: Claim,
+        result: Any,
+        now: datetime,
+        *,
+        children: Sequence[NewTask] = (),
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        params = _claim_params(claim, now)
+        result_json = _dump(result)
+        with self._write(f"recording the success of task {claim.task_id}") as conn:
+            row = conn.execute(SQL_COMPLETE, {**params, "result": result_json}).first()
+            if row is None:
+                return False
+            conn.execute(
+                SQL_RECORD_KEY,
+                {
+                    "key": effective_key(claim.task_id, row.idempotency_key),
+                    "task_id": claim.task_id,
+                    "now": params["now"],
+                    "result": result_json,
+                },
+            )
+            if children:
+                self._insert(conn, children, now)
+            for effect in effects:
+                effect(conn)
+            _event(
+                conn,
+                claim.task_id,
+                at=params["now"],
+                state=TaskState.SUCCEEDED,
+                attempt=row.attempts,
+                detail=None,
+            )
+        return True
+
+    def fail(
+        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
+    ) -> TaskState | None:
+        params = {
+            **_claim_params(claim, now),
+            "retry_at": None if retry_at is None else to_db_time(retry_at),
+            "error": _error_json(error),
+        }
+        with self._write(f"recording the failure of task {claim.task_id}") as conn:
+            row = conn.execute(SQL_FAIL, params).first()
+            if row is None:
+                return None
+            state = TaskState(row.state)
+            _event(
+                conn,
+                claim.task_id,
+                at=params["now"],
+                state=state,
+                attempt=row.attempts,
+                detail=error.message,
+            )
+        return state
+
+    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+        params = _claim_params(claim, now)
+        with self._write(f"cancelling task {claim.task_id}") as conn:
+            row = conn.execute(SQL_ACK_CANCEL, params).first()
+            if row is None:
+                if conn.execute(SQL_IS_VALID, params).first() is not None:
+                    raise InvalidTransitionError(
+                        f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
+                    )
+                return False
+            _event(
+                conn,
+                claim.task_id,
+                at=params["now"],
+                state=TaskState.CANCELLED,
+                attempt=row.attempts,
+                detail="cancellation acknowledged",
+            )
+        return True
+
+    def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
+        params: dict[str, Any] = {"id": task_id, "now": to_db_time(now)}
+        with self._write(f"cancelling task {task_id}") as conn:
+            row = conn.execute(SQL_CANCEL_WAITING, params).first()
+            if row is not None:
+                _event(
+                    conn,
+                    task_id,
+                    at=params["now"],
+                    state=TaskState.CANCELLED,
+                    attempt=row.attempts,
+                    detail="cancelled before start",
+                )
+                return CancelOutcome.CANCELLED
+            if conn.execute(SQL_CANCEL_RUNNING, params).first() is not None:
+                return CancelOutcome.REQUESTED
+            if conn.execute(SQL_STATE, params).first() is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            return CancelOutcome.TOO_LATE
+
+    def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+        stamp = to_db_time(now)
+        with self._read("looking for expired leases") as conn:
+            if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
+                return []
+        reclaimed: list[Reclaimed] = []
+        with self._write("reclaiming expired leases") as conn:
+            for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
+                detail = (
+                    f"lease of {r.lease_owner} expired at "
+                    f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
+                )
+                error = ErrorInfo("durablesched.LeaseExpired", detail, "")
+                due_at: str | None = None
+                finished_at: str | None = stamp
+                if r.cancel_requested_at is not None:
+                    state = TaskState.CANCELLED
+                elif r.attempts >= r.max_attempts:
+                    state = TaskState.FAILED
+                else:
+                    state = TaskState.RETRY_WAIT
+                    due_at = to_db_time(now + retry_delay(r.name, r.attempts))
+                    finished_at = None
+                updated = conn.execute(
+                    SQL_RECLAIM,
+                    {
+                        "id": r.id,
+                        "fence": r.fence,
+                        "now": stamp,
+                        "state": state.value,
+                        "due_at": due_at,
+                        "finished_at": finished_at,
+                        "error": _error_json(error),
+                    },
+                ).rowcount
+                if updated:
+                    _event(conn, r.id, at=stamp, state=state, attempt=r.attempts, detail=detail)
+                    reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
+        return reclaimed
+
+    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+        params: dict[str, Any] = {"now": to_db_time(now)}
+        due_sql = SQL_NEXT_DUE
+        if names is not None:
+            due_sql = SQL_NEXT_DUE_NAMED
+            params["names"] = _dump(sorted(names))
+        with self._read("finding the next due time") as conn:
+            times = [
+                conn.execute(due_sql, params).scalar(),
+                conn.execute(SQL_NEXT_EXPIRY, params).scalar(),
+            ]
+        found = [from_db_time(t) for t in times if t is not None]
+        return min(found, default=None)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _insert(self, conn: Connection, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+        # Each slot is either the holder of a key already stored, or (index into
+        # `new`, created?) where a repeat of a key within this batch is not created.
+        slots: list[Submitted | tuple[int, bool]] = []
+        new: list[NewTask] = []
+        batch_keys: dict[str, int] = {}
+        for task in tasks:
+            key = task.idempotency_key
+            if key is not None:
+                if key in batch_keys:
+                    slots.append((batch_keys[key], False))
+                    continue
+                holder = conn.execute(SQL_FIND_KEY, {"key": key}).scalar()
+                if holder is not None:
+                    slots.append(Submitted(holder, created=False))
+                    continue
+                batch_keys[key] = len(new)
+            slots.append((len(new), True))
+            new.append(task)
+        ids: list[int] = []
+        if new:
+            end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()
+            ids = list(range(end - len(new) + 1, end + 1))
+            stamp = to_db_time(now)
+            conn.execute(
+                SQL_INSERT_TASK,
+                [
+                    {
+                        "id": task_id,
+                        "seq": task_id,
+                        "name": task.name,
+                        "args": _dump(task.args),
+                        "due_at": to_db_time(task.due_at),
+                        "max_attempts": task.max_attempts,
+                        "idempotency_key": task.idempotency_key,
+                        "now": stamp,
+                    }
+                    for task_id, task in zip(ids, new, strict=True)
+                ],
+            )
+        return [
+            slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], created=slot[1])
+            for slot in slots
+        ]
+
+
+def _event(
+    conn: Connection, task_id: int, *, at: str, state: TaskState, attempt: int, detail: str | None
+) -> None:
+    """Append one line to the task's history, in the transaction that made the change."""
+    conn.execute(
+        SQL_INSERT_EVENT,
+        {"task_id": task_id, "at": at, "state": state.value, "attempt": attempt, "detail": detail},
+    )
+
+
+def _claim_params(claim: Claim, now: datetime) -> dict[str, Any]:
+    return {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": to_db_time(now)}
+
+
+def _record(row: Row[Any]) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        seq=row.seq,
+        name=row.name,
+        args=json.loads(row.args),
+        state=TaskState(row.state),
+        due_at=from_db_time(row.due_at),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_owner=row.lease_owner,
+        lease_expires_at=_opt_time(row.lease_expires_at),
+        fence=row.fence,
+        cancel_requested_at=_opt_time(row.cancel_requested_at),
+        result=None if row.result is None else json.loads(row.result),
+        last_error=_error(row.last_error),
+        idempotency_key=row.idempotency_key,
+        created_at=from_db_time(row.created_at),
+        updated_at=from_db_time(row.updated_at),
+        finished_at=_opt_time(row.finished_at),
+    )
