@@ -23,6 +23,7 @@ from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
 from .retry import RetryPolicy as RetryPolicy
 from .scheduler import Scheduler as Scheduler
+from .sqlite import SQLiteStore as SQLiteStore
 from .states import TaskState as TaskState
 from .store import Store as Store
 from .worker import Worker as Worker
@@ -39,6 +40,7 @@ __all__ = [
     "ManualClock",
     "MemoryStore",
     "RetryPolicy",
+    "SQLiteStore",
     "Scheduler",
     "SchemaError",
     "Store",

@@ -13,6 +13,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection
+
 from .errors import InvalidTransitionError, TaskNotFoundError, UnsupportedOperationError
 from .records import (
     CancelOutcome,
@@ -69,7 +71,13 @@ class MemoryStore:
 
     # -- Store -------------------------------------------------------------------------------
 
-    def submit(self, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+    def submit(
+        self, tasks: Sequence[NewTask], now: datetime, *, connection: Connection | None = None
+    ) -> list[Submitted]:
+        if connection is not None:
+            raise UnsupportedOperationError(
+                "the in-memory backend has no database transaction to submit in"
+            )
         with self._lock:
             return [self._insert(task, now) for task in tasks]
 

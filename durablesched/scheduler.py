@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection
+
 from .clock import Clock, SystemClock
 from .errors import TaskNotFoundError
 from .records import CancelOutcome, NewTask, TaskEvent, TaskRecord
@@ -46,12 +48,15 @@ class Scheduler:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         key: str | None = None,
+        connection: Connection | None = None,
     ) -> int:
         """Store a task and return its id.
 
         Due at ``at`` (timezone-aware), after ``delay`` (a timedelta or
         seconds), or now. With ``key``, a task already holding that key (one
-        not FAILED or CANCELLED) is returned instead of a new one.
+        not FAILED or CANCELLED) is returned instead of a new one. With
+        ``connection`` (SQLite), the task is stored in the caller's open
+        transaction and exists if and only if that transaction commits.
         """
         task = build_task(
             name,
@@ -63,7 +68,7 @@ class Scheduler:
             key=key,
             registry=self.registry,
         )
-        return self._store([task])[0]
+        return self._store([task], connection)[0]
 
     def submit_many(
         self,
@@ -137,10 +142,10 @@ class Scheduler:
 
         return unsubscribe
 
-    def _store(self, tasks: list[NewTask]) -> list[int]:
+    def _store(self, tasks: list[NewTask], connection: Connection | None = None) -> list[int]:
         if not tasks:
             return []
-        submitted = self.store.submit(tasks, self.clock.now())
+        submitted = self.store.submit(tasks, self.clock.now(), connection=connection)
         created = [item.task_id for item in submitted if item.created]
         if created:
             # One wake-up per batch: a woken worker claims everything due anyway.

@@ -38,8 +38,13 @@ RetryDelay = Callable[[str, int], timedelta]
 class Store(Protocol):
     """Durable (or not) home of tasks. Implementations must be thread-safe."""
 
-    def submit(self, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+    def submit(
+        self, tasks: Sequence[NewTask], now: datetime, *, connection: Connection | None = None
+    ) -> list[Submitted]:
         """Store ``tasks`` as PENDING, in order, all or none.
+
+        With ``connection`` (SQL backends only), inside the caller's own
+        transaction: the tasks exist if and only if it commits.
 
         A task whose idempotency key is held by a task in a key-holding state
         (PENDING, RUNNING, RETRY_WAIT, SUCCEEDED) is not stored; its entry in
