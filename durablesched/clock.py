@@ -21,8 +21,10 @@ class Clock(Protocol):
 
     def now(self) -> datetime: ...
 
-    def wait(self, event: threading.Event, until: datetime | None) -> bool:
-        """Block until ``event`` is set or the clock reaches ``until``.
+    def wait(
+        self, event: threading.Event, until: datetime | None, max_wait: float | None = None
+    ) -> bool:
+        """Block until ``event`` is set, the clock reaches ``until``, or ``max_wait`` real seconds.
 
         Returns True if the event was set. Spurious early returns are allowed:
         callers re-check their own conditions after every wake-up.
@@ -36,11 +38,14 @@ class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
-    def wait(self, event: threading.Event, until: datetime | None) -> bool:
-        if until is None:
-            timeout = MAX_SYSTEM_WAIT.total_seconds()
-        else:
-            timeout = min((until - self.now()).total_seconds(), MAX_SYSTEM_WAIT.total_seconds())
+    def wait(
+        self, event: threading.Event, until: datetime | None, max_wait: float | None = None
+    ) -> bool:
+        timeout = MAX_SYSTEM_WAIT.total_seconds()
+        if until is not None:
+            timeout = min((until - self.now()).total_seconds(), timeout)
+        if max_wait is not None:
+            timeout = min(max_wait, timeout)
         if timeout <= 0:
             return event.is_set()
         return event.wait(timeout)
@@ -82,7 +87,9 @@ class ManualClock:
         self._wake()
         return now
 
-    def wait(self, event: threading.Event, until: datetime | None) -> bool:
+    def wait(
+        self, event: threading.Event, until: datetime | None, max_wait: float | None = None
+    ) -> bool:
         with self._lock:
             if until is not None and self._now >= until:
                 return event.is_set()
@@ -90,7 +97,7 @@ class ManualClock:
         try:
             # Woken either by the caller's own signal or by advance()/set(),
             # which sets the same event: the caller re-checks either way.
-            return event.wait()
+            return event.wait(max_wait)
         finally:
             with self._lock:
                 self._waiters.discard(event)

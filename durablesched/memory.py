@@ -269,6 +269,10 @@ class MemoryStore:
             leases.append(due)
         return min(leases, default=None)
 
+    def watch_changes(self) -> None:
+        """No other process can write here: in-process notifications are enough."""
+        return None
+
     def close(self) -> None:
         """Nothing to release; the tasks vanish with the process."""
 

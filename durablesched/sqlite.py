@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -631,6 +632,9 @@ class SQLiteStore:
         found = [from_db_time(t) for t in times if t is not None]
         return min(found, default=None)
 
+    def watch_changes(self) -> DataVersionWatcher:
+        return DataVersionWatcher(self.engine)
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -717,3 +721,36 @@ def _record(row: Row[Any]) -> TaskRecord:
         updated_at=from_db_time(row.updated_at),
         finished_at=_opt_time(row.finished_at),
     )
+
+
+class DataVersionWatcher:
+    """Polls ``PRAGMA data_version`` on a connection of its own.
+
+    The value changes when any other connection commits; reading it touches
+    no table, so an idle worker can look often at almost no cost.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._conn = engine.raw_connection()
+        self._lock = threading.Lock()
+        self._last = self._read()
+
+    def _read(self) -> int:
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        assert row is not None
+        return int(row[0])
+
+    def changed(self) -> bool:
+        with self._lock, _translated("watching for changes"):
+            current = self._read()
+            seen, self._last = self._last != current, current
+            return seen
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -35,6 +35,14 @@ Effect = Callable[[Connection], object]
 RetryDelay = Callable[[str, int], timedelta]
 
 
+class ChangeWatcher(Protocol):
+    """Tells cheaply whether another connection committed since the last look."""
+
+    def changed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """Durable (or not) home of tasks. Implementations must be thread-safe."""
 
@@ -146,6 +154,14 @@ class Store(Protocol):
 
     def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
         """The earliest time after ``now`` when a claim or a reclaim could succeed."""
+        ...
+
+    def watch_changes(self) -> ChangeWatcher | None:
+        """A watcher for commits by other processes, or None if there can be none.
+
+        Workers use it to pick up tasks submitted elsewhere without reading the
+        tasks table in a loop. Each caller gets its own watcher.
+        """
         ...
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from .records import Claim, ErrorInfo
 from .registry import TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
+from .store import ChangeWatcher
 from .submission import canonical_json
 
 log = logging.getLogger("durablesched.worker")
@@ -56,6 +57,7 @@ class Worker:
         heartbeat_interval: timedelta | float | None = None,
         owner: str | None = None,
         rng: random.Random | None = None,
+        poll_interval: float = 0.01,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -74,6 +76,8 @@ class Worker:
             raise ConfigurationError("heartbeat_interval must be shorter than the lease")
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._rng = rng or random.Random()
+        #: How often an idle worker looks for commits by other processes (seconds).
+        self.poll_interval = poll_interval
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._active: dict[int, _Running] = {}
@@ -167,20 +171,47 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None) -> None:
-        """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks."""
+    def run(self, stop: threading.Event | None = None, *, burst: bool = False) -> None:
+        """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks.
+
+        With ``burst``, return as soon as nothing is running here and nothing is due.
+        """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
-        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durablesched-task")
+        watcher = self.scheduler.store.watch_changes()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.concurrency, thread_name_prefix="durablesched-task"
+            )
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
-                self.run_once()
-                self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
+                claimed = self.run_once()
+                if burst and claimed == 0 and self.active_count == 0:
+                    return
+                self._wait(self._next_wake_time(), watcher, stop_event)
         finally:
             unsubscribe()
+            if watcher is not None:
+                watcher.close()
             self._pool.shutdown(wait=True)
             self._pool = None
+
+    def _wait(
+        self, until: datetime | None, watcher: ChangeWatcher | None, stop: threading.Event
+    ) -> None:
+        """Sleep until woken here, the clock reaches ``until``, or another process commits."""
+        clock = self.scheduler.clock
+        if watcher is None:
+            clock.wait(self._wakeup, until)
+            return
+        while not stop.is_set() and not self._stopping.is_set():
+            if clock.wait(self._wakeup, until, self.poll_interval):
+                return
+            if until is not None and clock.now() >= until:
+                return
+            if watcher.changed():
+                return
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread."""
@@ -196,7 +227,7 @@ class Worker:
         """Stop claiming, let running tasks finish, and return True once the loop ended."""
         self._stopping.set()
         self._wakeup.set()
-        if self._thread is None:
+        if self._thread is None or self._thread is threading.current_thread():
             return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
