@@ -196,6 +196,33 @@ class MemoryStore:
             self._finish(task, TaskState.CANCELLED, now, detail="cancellation acknowledged")
             return True
 
+    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+        released = 0
+        with self._lock:
+            for claim in claims:
+                task = self._valid(claim, claim.owner, now)
+                if task is None:
+                    continue
+                released += 1
+                if task.cancel_requested_at is not None:
+                    self._finish(task, TaskState.CANCELLED, now, detail="cancelled at shutdown")
+                    continue
+                check_transition(task.state, TaskState.PENDING, operator=True)
+                task = self._put(
+                    replace(
+                        task,
+                        state=TaskState.PENDING,
+                        attempts=task.attempts - 1,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                        updated_at=now,
+                    )
+                )
+                self._running.discard(task.id)
+                heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+                self._event(task, now, f"given back by {claim.owner} at shutdown")
+        return released
+
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         with self._lock:
             task = self._tasks.get(task_id)

@@ -123,6 +123,15 @@ SQL_ACK_CANCEL = text(
     "updated_at = :now, finished_at = :now "
     f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
 )
+#: A stopping worker gives a claim back: the attempt does not count.
+SQL_RELEASE = text(
+    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
+    "ELSE 'CANCELLED' END, "
+    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
+    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
 SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
 SQL_CANCEL_WAITING = text(
     "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
@@ -557,6 +566,31 @@ class SQLiteStore:
                 detail="cancellation acknowledged",
             )
         return True
+
+    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+        released = 0
+        with self._write("giving back unfinished tasks") as conn:
+            for claim in claims:
+                params = _claim_params(claim, now)
+                row = conn.execute(SQL_RELEASE, params).first()
+                if row is None:
+                    continue
+                released += 1
+                state = TaskState(row.state)
+                detail = (
+                    f"given back by {claim.owner} at shutdown"
+                    if state is TaskState.PENDING
+                    else "cancelled at shutdown"
+                )
+                _event(
+                    conn,
+                    claim.task_id,
+                    at=params["now"],
+                    state=state,
+                    attempt=row.attempts,
+                    detail=detail,
+                )
+        return released
 
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         params: dict[str, Any] = {"id": task_id, "now": to_db_time(now)}

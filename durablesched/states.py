@@ -39,6 +39,17 @@ TRANSITIONS: frozenset[tuple[TaskState, TaskState]] = frozenset(
     }
 )
 
+#: Not part of a task's own life, but operator actions on it: a worker shutting
+#: down gives back a claim it cannot finish (RUNNING -> PENDING, the attempt
+#: not counted), and ``durablesched retry`` requeues a finished failure.
+OPERATOR_TRANSITIONS: frozenset[tuple[TaskState, TaskState]] = frozenset(
+    {
+        (TaskState.RUNNING, TaskState.PENDING),
+        (TaskState.FAILED, TaskState.PENDING),
+        (TaskState.CANCELLED, TaskState.PENDING),
+    }
+)
+
 #: States a worker may claim from, once due.
 CLAIMABLE: frozenset[TaskState] = frozenset({TaskState.PENDING, TaskState.RETRY_WAIT})
 #: States with no way out.
@@ -51,7 +62,10 @@ KEY_HOLDING: frozenset[TaskState] = frozenset(
 )
 
 
-def check_transition(old: TaskState, new: TaskState) -> None:
-    """Raise :class:`InvalidTransitionError` unless ``old -> new`` is allowed."""
-    if (old, new) not in TRANSITIONS:
+def check_transition(old: TaskState, new: TaskState, *, operator: bool = False) -> None:
+    """Raise :class:`InvalidTransitionError` unless ``old -> new`` is allowed.
+
+    ``operator=True`` also admits the :data:`OPERATOR_TRANSITIONS`.
+    """
+    if (old, new) not in TRANSITIONS and not (operator and (old, new) in OPERATOR_TRANSITIONS):
         raise InvalidTransitionError(f"illegal task state transition {old} -> {new}")

@@ -135,6 +135,14 @@ class Store(Protocol):
         """
         ...
 
+    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+        """Give back valid claims a stopping worker cannot finish; returns how many.
+
+        Each goes back to PENDING, due at once, without counting the attempt;
+        one whose cancellation was requested becomes CANCELLED instead.
+        """
+        ...
+
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         """Cancel a task that has not started, or ask a running one to stop.
 

@@ -194,8 +194,38 @@ class Worker:
             unsubscribe()
             if watcher is not None:
                 watcher.close()
-            self._pool.shutdown(wait=True)
+
+    def request_stop(self) -> None:
+        """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler."""
+        self._stopping.set()
+        self._wakeup.set()
+
+    def shutdown(self, grace: float) -> int:
+        """After :meth:`run`: let running tasks finish for up to ``grace`` seconds, heartbeating,
+        then give back what is still running as PENDING. Returns how many were given back.
+
+        A task still running after that keeps its thread, but its outcome will
+        be refused: the claim is no longer valid.
+        """
+        self.request_stop()
+        deadline = time.monotonic() + grace
+        while self.active_count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.wait_idle(min(remaining, self.heartbeat_interval.total_seconds()))
+            self.heartbeat(force=False)
+        with self._lock:
+            unfinished = [r.claim for r in self._active.values()]
+        released = 0
+        if unfinished:
+            released = self.scheduler.store.release(unfinished, self.scheduler.clock.now())
+            for running in list(self._active.values()):
+                running.context._mark_lease_lost()
+        if self._pool is not None:
+            self._pool.shutdown(wait=not unfinished)
             self._pool = None
+        return released
 
     def _wait(
         self, until: datetime | None, watcher: ChangeWatcher | None, stop: threading.Event
@@ -224,13 +254,18 @@ class Worker:
         return self._thread
 
     def stop(self, timeout: float | None = 10.0) -> bool:
-        """Stop claiming, let running tasks finish, and return True once the loop ended."""
-        self._stopping.set()
-        self._wakeup.set()
-        if self._thread is None or self._thread is threading.current_thread():
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Stop claiming, let running tasks finish, and return True once all have ended."""
+        self.request_stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        if self._pool is not None:
+            finished = self.wait_idle(timeout if timeout is not None else float("inf"))
+            self._pool.shutdown(wait=finished)
+            self._pool = None
+            return finished
+        return True
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no task is running here (True) or ``timeout`` seconds pass (False)."""

@@ -1,0 +1,5 @@
+"""``python -m durablesched`` is the ``durablesched`` command."""
+
+from .cli import main
+
+raise SystemExit(main())

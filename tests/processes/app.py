@@ -1,0 +1,66 @@
+"""Tasks the process tests run in real worker processes (imported as tests.processes.app)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import Connection, text
+
+from durablesched import RetryPolicy, TaskContext, TaskRegistry
+
+registry = TaskRegistry(
+    default_retry=RetryPolicy(max_attempts=5, initial=timedelta(milliseconds=50), jitter=0)
+)
+OUT = Path(os.environ.get("DS_TEST_DIR", "."))
+
+
+def _append(name: str, line: str) -> None:
+    # O_APPEND: one short write per line, so concurrent processes never interleave.
+    fd = os.open(OUT / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _ledger(task_id: int, attempt: int) -> object:
+    def effect(conn: Connection) -> None:
+        conn.execute(
+            text("INSERT INTO ledger (task_id, attempt, pid) VALUES (:t, :a, :p)"),
+            {"t": task_id, "a": attempt, "p": os.getpid()},
+        )
+
+    return effect
+
+
+@registry.task("record", pass_context=True)
+def record(ctx: TaskContext, n: int) -> int:
+    """A database effect through the success transaction and an external one in a file."""
+    _append("executions", f"{ctx.task_id} {ctx.attempt} {os.getpid()} {ctx.idempotency_key}")
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    return n
+
+
+@registry.task("hang_once", pass_context=True)
+def hang_once(ctx: TaskContext) -> dict[str, int]:
+    """Runs its body, then (first attempt only) waits for the test to kill or pause us."""
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    ctx.submit("record", {"n": -ctx.attempt})
+    _append("bodies", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")
+    if ctx.attempt == 1:
+        release = OUT / "release"
+        waited = threading.Event()
+        for _ in range(3000):  # at most 30 s, bounded
+            if release.exists():
+                break
+            waited.wait(0.01)
+    return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@registry.task("slow")
+def slow(seconds: float) -> str:
+    threading.Event().wait(seconds)
+    return "slept"

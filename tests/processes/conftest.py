@@ -1,0 +1,110 @@
+"""Real worker processes on one SQLite file, observed through the database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from sqlalchemy import text
+
+from durablesched import Scheduler, SQLiteStore
+
+from .app import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Upper bound of every wait for another process, in seconds.
+DEADLINE = 30.0
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Workers:
+    """Starts worker processes and cleans up every one of them."""
+
+    def __init__(self, db: Path, out: Path) -> None:
+        self.db = db
+        self.out = out
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+
+    def start(
+        self, *args: str, concurrency: int = 4, lease: float = 1.0
+    ) -> subprocess.Popen[bytes]:
+        log = (self.out / f"worker-{len(self.procs)}.log").open("wb")
+        self._logs.append(log)
+        env = {**os.environ, "DS_TEST_DIR": str(self.out), "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "durablesched",
+                "--db",
+                str(self.db),
+                "worker",
+                "--app",
+                "tests.processes.app:registry",
+                "--concurrency",
+                str(concurrency),
+                "--lease",
+                str(lease),
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, index: int) -> str:
+        return (self.out / f"worker-{index}.log").read_text()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            proc.wait(DEADLINE)
+        for log in self._logs:
+            log.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("CREATE TABLE ledger (task_id INTEGER PRIMARY KEY, attempt INTEGER, pid INTEGER)")
+        )
+    store.close()
+    return path
+
+
+@pytest.fixture
+def workers(db: Path, tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(db, tmp_path)
+    yield w
+    w.stop_all()
+
+
+@pytest.fixture
+def scheduler(db: Path) -> Iterator[Scheduler]:
+    store = SQLiteStore(db)
+    yield Scheduler(store, registry=registry)
+    store.close()
