@@ -8,19 +8,33 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
+import math
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, fields
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from types import FrameType
 from typing import Any, NoReturn
 
-from .errors import DurableSchedError
+from .clock import SystemClock
+from .errors import (
+    DurableSchedError,
+    InvalidTaskError,
+    InvalidTransitionError,
+    TaskNotFoundError,
+)
 from .migrate import upgrade
+from .records import CancelOutcome, ErrorInfo, TaskRecord
 from .registry import TaskRegistry
 from .scheduler import Scheduler
 from .sqlite import SQLiteStore, create_sqlite_engine
+from .states import TaskState
 from .worker import Worker
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -173,43 +187,397 @@ def cmd_worker(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         store.close()
+    if worker.active_count:
+        # Task threads that outlived the grace period cannot be interrupted, and
+        # their outcomes would be refused anyway: do not wait for them.
+        logging.shutdown()
+        os._exit(EXIT_OK)
+    return EXIT_OK
+
+
+def _open(args: argparse.Namespace) -> SQLiteStore:
+    return SQLiteStore(args.db, durability=_durability(args.durability))
+
+
+def _task_id(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"task id must be a whole number, got {value!r}") from None
+
+
+def parse_duration(value: str, what: str) -> timedelta:
+    """``30s``, ``5m``, ``2h``, ``7d``, ``1h30m`` or a number of seconds."""
+    text_value = value.strip().lower()
+    try:
+        seconds = float(text_value)
+    except ValueError:
+        parts = _DURATION.findall(text_value)
+        if not parts or "".join(n + u for n, u in parts) != text_value:
+            raise UsageError(
+                f"{what} must be a duration like 30s, 5m, 2h, 7d or 1h30m, got {value!r}"
+            ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(f"{what} must be a non-negative duration, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, ErrorInfo):
+        return {"type": value.type, "message": value.message, "traceback": value.traceback}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _record_dict(task: TaskRecord) -> dict[str, Any]:
+    return {f.name: getattr(task, f.name) for f in fields(task)}
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    try:
+        task_args = json.loads(args.args)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--args is not valid JSON: {e}") from None
+    at = None
+    if args.at is not None:
+        try:
+            at = datetime.fromisoformat(args.at)
+        except ValueError:
+            raise UsageError(f"--at must be an ISO 8601 time, got {args.at!r}") from None
+        if at.tzinfo is None:
+            raise UsageError(f"--at needs a time zone, for example {args.at}+00:00")
+    delay = parse_duration(args.delay, "--delay") if args.delay is not None else None
+    max_attempts = _positive_int("--max-attempts", args.max_attempts) if args.max_attempts else None
+    store = _open(args)
+    try:
+        scheduler = Scheduler(store)
+        try:
+            task_id = scheduler.submit(
+                args.name, task_args, at=at, delay=delay, max_attempts=max_attempts, key=args.key
+            )
+        except InvalidTaskError as e:
+            raise UsageError(str(e)) from None
+        task = scheduler.get(task_id)
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"id": task_id, "state": task.state, "due_at": task.due_at})
+    else:
+        print(task_id)
+    return EXIT_OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    state = None
+    if args.state:
+        try:
+            state = TaskState(args.state.upper())
+        except ValueError:
+            names = ", ".join(s.value for s in TaskState)
+            raise UsageError(f"--state must be one of {names}, got {args.state!r}") from None
+    limit = _positive_int("--limit", args.limit)
+    store = _open(args)
+    try:
+        tasks = store.list_tasks(state=state, name=args.name or None, limit=limit)
+    finally:
+        store.close()
+    if args.json:
+        _print_json([_record_dict(t) for t in tasks])
+        return EXIT_OK
+    print(
+        _table(
+            ["id", "name", "state", "due_at", "attempts", "lease_owner"],
+            [
+                [
+                    t.id,
+                    t.name,
+                    t.state,
+                    _when(t.due_at),
+                    f"{t.attempts}/{t.max_attempts}",
+                    t.lease_owner,
+                ]
+                for t in tasks
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    task_id = _task_id(args.id)
+    store = _open(args)
+    try:
+        task = store.get(task_id)
+        history = store.history(task_id)
+    finally:
+        store.close()
+    if task is None:
+        raise Refused(f"no task with id {task_id}")
+    if args.json:
+        _print_json({**_record_dict(task), "history": [asdict(e) for e in history]})
+        return EXIT_OK
+    record = _record_dict(task)
+    error = record.pop("last_error")
+    for key, value in record.items():
+        shown = _when(value) if isinstance(value, datetime) else value
+        if key in ("args", "result"):
+            shown = json.dumps(value, ensure_ascii=False)
+        print(f"{key:>20}: {'-' if shown is None else shown}")
+    if error is not None:
+        print(f"{'last_error':>20}: {error.type}: {error.message}")
+        if error.traceback:
+            print(error.traceback.rstrip())
+    print("\nhistory:")
+    print(
+        _table(
+            ["at", "state", "attempt", "detail"],
+            [[_when(e.at), e.state, e.attempt, e.detail] for e in history],
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    task_id = _task_id(args.id)
+    store = _open(args)
+    try:
+        try:
+            outcome = Scheduler(store).cancel(task_id)
+        except TaskNotFoundError as e:
+            raise Refused(str(e)) from None
+    finally:
+        store.close()
+    messages = {
+        CancelOutcome.CANCELLED: "cancelled: it had not started and never will",
+        CancelOutcome.REQUESTED: "requested: it is running; it was asked to stop "
+        "(cooperative: it may still finish)",
+        CancelOutcome.TOO_LATE: "too late: it had already finished; nothing changed",
+    }
+    if args.json:
+        _print_json({"id": task_id, "outcome": outcome})
+    else:
+        print(f"task {task_id}: {messages[outcome]}")
+    return EXIT_REFUSED if outcome is CancelOutcome.TOO_LATE else EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    task_id = _task_id(args.id)
+    store = _open(args)
+    try:
+        try:
+            store.requeue(task_id, SystemClock().now())
+        except (TaskNotFoundError, InvalidTransitionError) as e:
+            raise Refused(str(e)) from None
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"id": task_id, "state": TaskState.PENDING})
+    else:
+        print(f"task {task_id}: PENDING, due now")
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    store = _open(args)
+    try:
+        now = SystemClock().now()
+        stats = store.stats(now)
+    finally:
+        store.close()
+    if args.json:
+        _print_json(stats)
+        return EXIT_OK
+    print(_table(["state", "tasks"], list(stats["counts"].items())))
+    oldest = stats["oldest_overdue"]
+    if oldest is None:
+        print("\nno overdue task is waiting")
+    else:
+        print(
+            f"\noldest overdue: task {oldest['id']} ({oldest['name']}), due "
+            f"{_when(oldest['due_at'])}, waiting {oldest['lag_seconds']:.1f}s"
+        )
+        print(
+            _table(
+                ["overdue name", "tasks", "oldest due_at"],
+                [
+                    [o["name"], o["tasks"], _when(o["oldest_due_at"])]
+                    for o in stats["overdue_by_name"]
+                ],
+            )
+        )
+    print(f"\nrunning: {len(stats['running'])}")
+    if stats["running"]:
+        print(
+            _table(
+                ["id", "name", "attempt", "lease_owner", "lease_expires_at"],
+                [
+                    [
+                        r["id"],
+                        r["name"],
+                        r["attempt"],
+                        r["lease_owner"],
+                        _when(r["lease_expires_at"]),
+                    ]
+                    for r in stats["running"]
+                ],
+            )
+        )
+    print(f"\nfailures in the last hour: {len(stats['failures_last_hour'])}")
+    if stats["failures_last_hour"]:
+        print(
+            _table(
+                ["id", "name", "attempts", "finished_at", "error"],
+                [
+                    [
+                        f["id"],
+                        f["name"],
+                        f["attempts"],
+                        _when(f["finished_at"]),
+                        f"{f['error'].type}: {f['error'].message}" if f["error"] else "-",
+                    ]
+                    for f in stats["failures_last_hour"]
+                ],
+            )
+        )
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    age = parse_duration(args.older_than, "--older-than")
+    batch = _positive_int("--batch", args.batch)
+    store = _open(args)
+    try:
+        deleted = store.purge(SystemClock().now() - age, batch=batch)
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"deleted": deleted})
+    else:
+        print(f"deleted {deleted} finished task(s) older than {args.older_than}")
     return EXIT_OK
 
 
 # -- the parser --------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="durablesched", description=__doc__.splitlines()[0] if __doc__ else None)
-    _option(parser, "--db", help="database path or SQLAlchemy sqlite URL")
+def _common() -> _Parser:
+    common = _Parser(add_help=False)
+    _option(common, "--db", help="database path or SQLAlchemy sqlite URL")
     _option(
-        parser,
+        common,
         "--durability",
-        help="'full' survives power loss; 'normal' survives crashes, is faster",
+        help="'full' survives power loss; 'normal' survives crashes and is faster",
     )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=_flag_env("json"),
+        help=f"print JSON for scripts instead of tables (env: {_env('json')})",
+    )
+    return common
+
+
+def _flag_env(name: str) -> bool:
+    return os.environ.get(_env(name), "").lower() not in ("", "0", "false", "no")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="durablesched",
+        description="A durable job queue in one SQLite file. Exit codes: 0 success, "
+        "1 not found or refused, 2 usage error.",
+    )
+    common = _common()
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("migrate", help="create or upgrade the schema and print its revision")
-    p.set_defaults(func=cmd_migrate)
+    def command(name: str, func: Callable[[argparse.Namespace], int], help: str) -> Any:
+        p = sub.add_parser(name, help=help, description=help, parents=[common])
+        p.set_defaults(func=func)
+        return p
 
-    p = sub.add_parser("worker", help="run a worker process")
-    _option(p, "--app", help="the task registry to run, as MODULE[:ATTR]", required=False)
+    command("migrate", cmd_migrate, "create or upgrade the schema and print its revision")
+
+    p = command("worker", cmd_worker, "run a worker process")
+    _option(p, "--app", help="the task registry to run, as MODULE[:ATTR]")
     _option(p, "--concurrency", help="how many tasks run at once")
     _option(p, "--lease", help="lease length in seconds; heartbeats renew it")
     _option(p, "--grace", help="seconds running tasks get to finish after SIGTERM")
     p.add_argument(
         "--burst",
         action="store_true",
-        default=os.environ.get(_env("burst"), "") not in ("", "0", "false"),
-        help=f"exit 0 once nothing is due or running (env: {_env('burst')})",
+        default=_flag_env("burst"),
+        help=f"exit 0 once nothing is due or running here (env: {_env('burst')})",
     )
-    p.set_defaults(func=cmd_worker)
+
+    p = command("submit", cmd_submit, "submit a task and print its id")
+    p.add_argument("name", help="the task name")
+    _option(p, "--args", help="arguments as a JSON object", default="{}")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", help="due after this long: 30s, 5m, 2h, 1d, 1h30m or seconds")
+    when.add_argument("--at", help="due at this ISO 8601 time with a time zone")
+    p.add_argument("--max-attempts", help="attempts allowed (default 5)")
+    p.add_argument("--key", help="idempotency key: a live or succeeded task with it is reused")
+
+    p = command("ls", cmd_ls, "list tasks in (due_at, seq) order")
+    _option(p, "--state", help="only tasks in this state")
+    _option(p, "--name", help="only tasks of this name")
+    _option(p, "--limit", help="at most this many", default="50")
+
+    p = command("show", cmd_show, "show one task: everything, with its history")
+    p.add_argument("id", help="task id")
+
+    p = command("cancel", cmd_cancel, "cancel a task and say what that achieved")
+    p.add_argument("id", help="task id")
+
+    p = command("retry", cmd_retry, "put a FAILED or CANCELLED task back to PENDING, due now")
+    p.add_argument("id", help="task id")
+
+    command("stats", cmd_stats, "counts, overdue work, running leases, recent failures")
+
+    p = command("purge", cmd_purge, "delete finished tasks older than a duration")
+    p.add_argument("--older-than", required=True, help="for example 7d, 24h, 90m")
+    p.add_argument("--batch", default="10000", help="rows per transaction (default 10000)")
     return parser
+
+
+def argv_command(argv: Sequence[str] | None) -> str | None:
+    words = list(sys.argv[1:] if argv is None else argv)
+    return next((w for w in words if not w.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
-        level=logging.INFO,
+        level=logging.INFO if argv_command(argv) == "worker" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -220,6 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "app", "missing") is None:
             raise UsageError("--app is required (or set DURABLESCHED_APP)")
         return func(args)
+    except BrokenPipeError:
+        return EXIT_OK
     except UsageError as e:
         print(f"durablesched: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -40,7 +40,7 @@ from .records import (
     effective_key,
 )
 from .schema import CLAIMABLE_SQL
-from .states import TaskState
+from .states import TaskState, check_transition
 from .store import Effect, RetryDelay
 
 Durability = Literal["full", "normal"]
@@ -169,6 +169,43 @@ SQL_NEXT_EXPIRY = text(
     "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
     "ORDER BY lease_expires_at LIMIT 1"
 )
+# -- operator statements (the CLI's retry, stats and purge) ------------------------------------
+
+SQL_REQUEUE = text(
+    "UPDATE tasks SET state = 'PENDING', due_at = :now, seq = :seq, attempts = 0, "
+    "lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL, result = NULL, "
+    "finished_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state IN ('FAILED', 'CANCELLED') RETURNING id"
+)
+SQL_KEY_HELD_BY_OTHER = text(
+    "SELECT other.id FROM tasks AS this JOIN tasks AS other "
+    "ON other.idempotency_key = this.idempotency_key AND other.id != this.id "
+    "WHERE this.id = :id AND other.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
+SQL_OLDEST_OVERDUE = text(
+    f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+SQL_OVERDUE_BY_NAME = text(
+    f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
+    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
+)
+SQL_RUNNING = text(
+    "SELECT id, name, attempts, lease_owner, lease_expires_at, cancel_requested_at "
+    "FROM tasks WHERE state = 'RUNNING' ORDER BY lease_expires_at"
+)
+SQL_RECENT_FAILURES = text(
+    "SELECT id, name, attempts, finished_at, last_error FROM tasks "
+    "WHERE state = 'FAILED' AND finished_at >= :since ORDER BY finished_at DESC"
+)
+#: Finished tasks only, oldest first, a bounded batch per transaction.
+SQL_PURGE_BATCH = text(
+    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
+    "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
+    "ORDER BY finished_at LIMIT :batch)"
+)
+
 SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
 SQL_HISTORY = text(
     "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
@@ -665,6 +702,91 @@ class SQLiteStore:
             ]
         found = [from_db_time(t) for t in times if t is not None]
         return min(found, default=None)
+
+    # -- operator actions (not part of the Store protocol) ----------------------------------------
+
+    def requeue(self, task_id: int, now: datetime) -> None:
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        if the task is in another state or another task now holds its key.
+        """
+        stamp = to_db_time(now)
+        with self._write(f"requeueing task {task_id}") as conn:
+            state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
+            if state is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            check_transition(TaskState(state), TaskState.PENDING, operator=True)
+            holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
+            if holder is not None:
+                raise InvalidTransitionError(
+                    f"task {task_id}'s idempotency key is now held by task {holder}"
+                )
+            seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
+            conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
+            _event(conn, task_id, at=stamp, state=TaskState.PENDING, attempt=0, detail="requeued")
+
+    def stats(self, now: datetime) -> dict[str, Any]:
+        """Counts per state, the oldest overdue task, running leases, recent failures."""
+        params = {"now": to_db_time(now), "since": to_db_time(now - timedelta(hours=1))}
+        with self._read("reading statistics") as conn:
+            counts = {r.state: r.n for r in conn.execute(SQL_COUNT_BY_STATE)}
+            oldest = conn.execute(SQL_OLDEST_OVERDUE, params).first()
+            overdue = conn.execute(SQL_OVERDUE_BY_NAME, params).all()
+            running = conn.execute(SQL_RUNNING).all()
+            failures = conn.execute(SQL_RECENT_FAILURES, params).all()
+        return {
+            "counts": {state.value: counts.get(state.value, 0) for state in TaskState},
+            "oldest_overdue": None
+            if oldest is None
+            else {
+                "id": oldest.id,
+                "name": oldest.name,
+                "due_at": from_db_time(oldest.due_at),
+                "lag_seconds": (now - from_db_time(oldest.due_at)).total_seconds(),
+            },
+            "overdue_by_name": [
+                {"name": r.name, "tasks": r.n, "oldest_due_at": from_db_time(r.oldest)}
+                for r in overdue
+            ],
+            "running": [
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "attempt": r.attempts,
+                    "lease_owner": r.lease_owner,
+                    "lease_expires_at": from_db_time(r.lease_expires_at),
+                    "cancel_requested": r.cancel_requested_at is not None,
+                }
+                for r in running
+            ],
+            "failures_last_hour": [
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "attempts": r.attempts,
+                    "finished_at": from_db_time(r.finished_at),
+                    "error": _error(r.last_error),
+                }
+                for r in failures
+            ],
+        }
+
+    def purge(self, before: datetime, *, batch: int = 10_000) -> int:
+        """Delete finished tasks (with their events and keys) finished before ``before``.
+
+        Bounded batches, one transaction each, so writers are never blocked
+        for long. Never touches a live task. Returns how many were deleted.
+        """
+        total = 0
+        while True:
+            with self._write("purging finished tasks") as conn:
+                deleted = conn.execute(
+                    SQL_PURGE_BATCH, {"before": to_db_time(before), "batch": batch}
+                ).rowcount
+            total += deleted
+            if deleted < batch:
+                return total
 
     def watch_changes(self) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine)

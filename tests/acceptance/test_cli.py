@@ -1,0 +1,216 @@
+"""The real `durablesched` command in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durablesched import SQLiteStore, TaskState
+
+from ..processes.conftest import DEADLINE, ROOT, Workers, wait_for
+
+pytestmark = pytest.mark.processes
+
+
+def cli(
+    *args: str, db: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    if db is not None:
+        full_env["DURABLESCHED_DB"] = str(db)
+    return subprocess.run(
+        [sys.executable, "-m", "durablesched", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def state_of(db: Path, task_id: int) -> TaskState:
+    store = SQLiteStore(db)
+    try:
+        task = store.get(task_id)
+        assert task is not None
+        return task.state
+    finally:
+        store.close()
+
+
+def test_migrate_prints_the_revision_and_db_comes_from_the_environment(tmp_path: Path) -> None:
+    db = tmp_path / "env.db"
+    result = cli("migrate", db=db)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "schema at revision 0002"
+    assert db.exists()
+
+
+def test_help_names_the_environment_variables() -> None:
+    out = cli("worker", "--help").stdout
+    for env in (
+        "DURABLESCHED_DB",
+        "DURABLESCHED_APP",
+        "DURABLESCHED_CONCURRENCY",
+        "DURABLESCHED_LEASE",
+    ):
+        assert env in out
+
+
+def test_submit_ls_show_cancel_retry_stats_purge_json(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+    first = as_json(cli("submit", "record", "--args", '{"n": 1}', "--json", db=db))
+    again = as_json(cli("submit", "record", "--args", '{"n": 1}', "--key", "k", "--json", db=db))
+    repeat = as_json(cli("submit", "record", "--key", "k", "--json", db=db))
+    assert repeat["id"] == again["id"] != first["id"]
+    later = as_json(cli("submit", "record", "--delay", "1h", "--json", db=db))
+    listed = as_json(cli("ls", "--json", db=db))
+    assert [t["id"] for t in listed] == [first["id"], again["id"], later["id"]]
+    shown = as_json(cli("show", str(first["id"]), "--json", db=db))
+    assert shown["args"] == {"n": 1} and shown["history"][0]["state"] == "PENDING"
+    assert as_json(cli("cancel", str(later["id"]), "--json", db=db))["outcome"] == "CANCELLED"
+    too_late = cli("cancel", str(later["id"]), db=db)
+    assert too_late.returncode == 1 and "too late" in too_late.stdout
+    assert as_json(cli("retry", str(later["id"]), "--json", db=db))["state"] == "PENDING"
+    stats = as_json(cli("stats", "--json", db=db))
+    assert stats["counts"]["PENDING"] == 3
+    assert stats["oldest_overdue"]["id"] == first["id"]
+    assert as_json(cli("purge", "--older-than", "0s", "--json", db=db)) == {"deleted": 0}
+    table = cli("ls", db=db).stdout
+    assert "record" in table and "PENDING" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["worker", "--app", "tests.processes.app", "--concurrency", "0"], "--concurrency"),
+        (["worker", "--app", "tests.processes.app", "--lease", "soon"], "--lease"),
+        (["submit", "x", "--delay", "forever"], "--delay"),
+        (["submit", "x", "--args", "{nope"], "--args"),
+        (["submit", "x", "--at", "2030-01-01T00:00:00"], "--at"),
+        (["submit", "x", "--max-attempts", "0"], "--max-attempts"),
+        (["ls", "--state", "DONE"], "--state"),
+        (["show", "abc"], "task id"),
+        (["purge", "--older-than", "-5m"], "--older-than"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_naming_them(
+    tmp_path: Path, args: list[str], names: str
+) -> None:
+    result = cli(*args, db=tmp_path / "bad.db")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and names in lines[0], result.stderr
+
+
+def test_not_found_exits_1(tmp_path: Path) -> None:
+    db = tmp_path / "nf.db"
+    for args in (["show", "42"], ["cancel", "42"], ["retry", "42"]):
+        result = cli(*args, db=db)
+        assert result.returncode == 1 and "no task with id 42" in result.stderr
+
+
+def test_worker_with_a_missing_module_exits_with_a_clear_error(tmp_path: Path) -> None:
+    result = cli("worker", "--app", "no_such_module_anywhere", "--burst", db=tmp_path / "m.db")
+    assert result.returncode == 2
+    assert "cannot import module 'no_such_module_anywhere'" in result.stderr
+
+
+def test_burst_drains_the_queue_and_exits_0(tmp_path: Path) -> None:
+    db = tmp_path / "burst.db"
+    ids = [
+        as_json(cli("submit", "slow", "--args", '{"seconds": 0}', "--json", db=db))["id"]
+        for _ in range(3)
+    ]
+    result = cli(
+        "worker",
+        "--app",
+        "tests.processes.app:registry",
+        "--burst",
+        "--concurrency",
+        "2",
+        db=db,
+        env={"DS_TEST_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert all(state_of(db, i) is TaskState.SUCCEEDED for i in ids)
+    for word in ("start: task", "success: task"):
+        assert word in result.stderr
+
+
+def test_a_row_with_an_unregistered_name_never_runs_and_imports_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "evil.db"
+    evil = as_json(cli("submit", "tests.acceptance.evil", "--json", db=db))["id"]
+    also = as_json(cli("submit", "tests.acceptance.evil:anything", "--json", db=db))["id"]
+    result = cli(
+        "worker",
+        "--app",
+        "tests.processes.app:registry",
+        "--burst",
+        db=db,
+        env={"DS_TEST_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert state_of(db, evil) is TaskState.PENDING
+    assert state_of(db, also) is TaskState.PENDING
+    assert not (tmp_path / "evil-imported").exists()
+    stats = as_json(cli("stats", "--json", db=db))
+    assert {o["name"] for o in stats["overdue_by_name"]} == {
+        "tests.acceptance.evil",
+        "tests.acceptance.evil:anything",
+    }
+
+
+def test_sigterm_gives_back_a_running_task_and_loses_nothing(
+    tmp_path: Path, db: Path, workers: Workers
+) -> None:
+    slow = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
+    quick = as_json(cli("submit", "record", "--args", '{"n": 1}', "--json", db=db))["id"]
+    proc = workers.start("--grace", "0.5", concurrency=2, lease=5)
+    wait_for(lambda: state_of(db, slow) is TaskState.RUNNING, "the slow task to start")
+    wait_for(lambda: state_of(db, quick) is TaskState.SUCCEEDED, "the quick task")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(DEADLINE) == 0
+    store = SQLiteStore(db)
+    try:
+        task = store.get(slow)
+        assert task is not None
+        assert (task.state, task.attempts, task.lease_owner) == (TaskState.PENDING, 0, None)
+        assert store.list_tasks(state=TaskState.RUNNING) == []
+    finally:
+        store.close()
+    assert "gave back 1 unfinished task" in workers.log(0)
+
+
+def test_sigterm_lets_a_task_finish_within_the_grace_period(
+    tmp_path: Path, db: Path, workers: Workers
+) -> None:
+    task_id = as_json(cli("submit", "slow", "--args", '{"seconds": 1}', "--json", db=db))["id"]
+    proc = workers.start("--grace", "20", concurrency=1, lease=5)
+    wait_for(lambda: state_of(db, task_id) is TaskState.RUNNING, "the task to start")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(DEADLINE) == 0
+    assert state_of(db, task_id) is TaskState.SUCCEEDED
+
+
+def test_an_idle_worker_picks_up_a_task_from_another_process(
+    tmp_path: Path, db: Path, workers: Workers
+) -> None:
+    workers.start(concurrency=1, lease=5)
+    wait_for(lambda: "worker " in workers.log(0), "the worker to start")
+    task_id = as_json(cli("submit", "record", "--args", '{"n": 7}', "--json", db=db))["id"]
+    wait_for(lambda: state_of(db, task_id) is TaskState.SUCCEEDED, "pickup", timeout=10)
