@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst",
         action="store_true",
         default=_flag_env("burst"),
-        help=f"exit 0 once nothing is due or running here (env: {_env('burst')})",
+        help=f"exit 0 once nothing is due or running (env: {_env('burst')})",
     )
 
     p = command("submit", cmd_submit, "submit a task and print its id")

@@ -174,7 +174,8 @@ class Worker:
     def run(self, stop: threading.Event | None = None, *, burst: bool = False) -> None:
         """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks.
 
-        With ``burst``, return as soon as nothing is running here and nothing is due.
+        With ``burst``, return as soon as nothing is due and nothing is running,
+        here or in another worker (whose lease, if it died, this one reclaims).
         """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
@@ -187,7 +188,12 @@ class Worker:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
                 claimed = self.run_once()
-                if burst and claimed == 0 and self.active_count == 0:
+                if (
+                    burst
+                    and claimed == 0
+                    and self.active_count == 0
+                    and not self._running_anywhere()
+                ):
                     return
                 self._wait(self._next_wake_time(), watcher, stop_event)
         finally:
@@ -301,6 +307,9 @@ class Worker:
             if running is not None:
                 running.context._request_cancel()
         self._wakeup.set()
+
+    def _running_anywhere(self) -> bool:
+        return bool(self.scheduler.store.list_tasks(state=TaskState.RUNNING, limit=1))
 
     def _next_wake_time(self) -> datetime | None:
         now = self.scheduler.clock.now()

@@ -214,3 +214,20 @@ def test_an_idle_worker_picks_up_a_task_from_another_process(
     wait_for(lambda: "worker " in workers.log(0), "the worker to start")
     task_id = as_json(cli("submit", "record", "--args", '{"n": 7}', "--json", db=db))["id"]
     wait_for(lambda: state_of(db, task_id) is TaskState.SUCCEEDED, "pickup", timeout=10)
+
+
+def test_a_second_signal_exits_at_once_and_the_lease_is_reclaimed_later(
+    tmp_path: Path, db: Path, workers: Workers
+) -> None:
+    slow = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
+    proc = workers.start("--grace", "60", concurrency=1, lease=1)
+    wait_for(lambda: state_of(db, slow) is TaskState.RUNNING, "the slow task to start")
+    proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "no new claims" in workers.log(0), "the first signal to be handled")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(DEADLINE) == 128 + signal.SIGTERM
+    assert state_of(db, slow) is TaskState.RUNNING  # not given back: the lease will lapse
+    rescuer = workers.start("--burst", concurrency=1, lease=1)
+    wait_for(lambda: state_of(db, slow) is not TaskState.RUNNING, "the reclaim")
+    rescuer.send_signal(signal.SIGTERM)
+    rescuer.wait(DEADLINE)

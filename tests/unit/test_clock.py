@@ -57,3 +57,13 @@ def test_system_clock_is_aware_utc_and_wait_returns_on_event() -> None:
     event.set()
     assert clock.wait(event, None) is True
     assert clock.wait(threading.Event(), clock.now() - timedelta(seconds=1)) is False
+
+
+def test_system_clock_reads_the_wall_clock_as_freezegun_sets_it() -> None:
+    from freezegun import freeze_time  # noqa: PLC0415 - freezegun patches on import use
+
+    with freeze_time("2031-05-06 07:08:09", tz_offset=0) as frozen:
+        clock = SystemClock()
+        assert clock.now() == datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+        frozen.tick(timedelta(seconds=90))
+        assert clock.now() == datetime(2031, 5, 6, 7, 9, 39, tzinfo=UTC)
