@@ -9,6 +9,7 @@ be identical, and the invariants must hold.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -196,7 +197,7 @@ class StoresAgree(RuleBasedStateMachine):
         allowed = TRANSITIONS | OPERATOR_TRANSITIONS
         for task_id in self.ids:
             states = [e.state for e in self.memory.history(task_id)]
-            for a, b in zip(states, states[1:], strict=False):
+            for a, b in itertools.pairwise(states):
                 assert (a, b) in allowed, f"task {task_id}: {a} -> {b}"
 
     @invariant()
@@ -225,5 +226,5 @@ StoresAgree.TestCase.settings = settings(
 )
 
 
-class TestStoresAgree(StoresAgree.TestCase):  # type: ignore[name-defined,misc]
-    """Runs the state machine under pytest."""
+#: Runs the state machine under pytest.
+TestStoresAgree = StoresAgree.TestCase
