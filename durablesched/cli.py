@@ -183,6 +183,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         released = worker.shutdown(grace)
         if released:
             log.warning("gave back %s unfinished task(s) as PENDING", released)
+        log.info("stopped; transactions retried on a busy database: %s", store.busy_retries)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

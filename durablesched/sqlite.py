@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import threading
+import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -47,6 +49,9 @@ Durability = Literal["full", "normal"]
 #: PRAGMA synchronous per durability mode (see docs/durability.md).
 SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
+#: Seconds SQLite's own busy handler waits before our retry loop takes over.
+LOCK_WAIT = 5.0
 
 # -- the SQL -------------------------------------------------------------------------------------
 
@@ -332,6 +337,13 @@ def create_sqlite_engine(
     return engine
 
 
+def _is_busy(error: exc.DBAPIError) -> bool:
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return "database is locked" in str(error.orig)
+
+
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Database errors leave as StoreError (or SchemaError) naming what failed."""
@@ -367,9 +379,17 @@ class SQLiteStore:
         migrate: bool = False,
         busy_timeout: float = 30.0,
     ) -> None:
-        self.engine = create_sqlite_engine(db, durability=durability, busy_timeout=busy_timeout)
+        # SQLite's own busy handler waits up to LOCK_WAIT per try; on top of it we
+        # retry with jittered backoff until ``busy_timeout`` has passed in all.
+        self.engine = create_sqlite_engine(
+            db, durability=durability, busy_timeout=min(LOCK_WAIT, busy_timeout)
+        )
         self._reader = self.engine.execution_options(durablesched_read=True)
         self.durability = durability
+        self.busy_timeout = busy_timeout
+        self._busy_lock = threading.Lock()
+        #: Transactions that found the database busy and were retried.
+        self.busy_retries = 0
         try:
             with _translated(f"opening {self.engine.url.database}"):
                 self.schema_revision = check_schema(self.engine, migrate=migrate)
@@ -381,14 +401,49 @@ class SQLiteStore:
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
-        with _translated(what), self.engine.begin() as conn:
-            yield conn
+        """One IMMEDIATE transaction: committed if the body returns, rolled back if it raises."""
+        with _translated(what):
+            conn = self._begin(self.engine)
+            try:
+                yield conn
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
 
     @contextmanager
     def _read(self, what: str) -> Iterator[Connection]:
-        with _translated(what), self._reader.connect() as conn:
-            yield conn
-            conn.rollback()
+        with _translated(what):
+            conn = self._begin(self._reader)
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+                conn.close()
+
+    def _begin(self, engine: Engine) -> Connection:
+        """A connection in a new transaction; a busy database is retried, never surfaced early.
+
+        Only BEGIN can find the database busy (writes take the lock up front),
+        so retrying it repeats no work.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.002
+        while True:
+            conn = engine.connect()
+            try:
+                conn.begin()
+                return conn
+            except exc.OperationalError as e:
+                conn.close()
+                if not _is_busy(e) or time.monotonic() + delay > deadline:
+                    raise
+            with self._busy_lock:
+                self.busy_retries += 1
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.25)
 
     # -- Store ----------------------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ def test_pragmas_wal_busy_timeout_foreign_keys_and_durability(tmp_path: Path) ->
             "journal_mode": "wal",
             "synchronous": expected,
             "foreign_keys": 1,
-            "busy_timeout": 30000,
+            "busy_timeout": 5000,
         }
 
 
