@@ -178,11 +178,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease,
         ", ".join(registry) or "(none)",
     )
+    code = EXIT_OK
     try:
-        worker.run(burst=args.burst)
-        released = worker.shutdown(grace)
-        if released:
-            log.warning("gave back %s unfinished task(s) as PENDING", released)
+        try:
+            worker.run(burst=args.burst)
+        except DurableSchedError as e:
+            # The database went away or broke under us: stop, loudly, rather than spin.
+            log.error("worker stopping: %s", e)
+            print(f"durablesched: {type(e).__name__}: {e}", file=sys.stderr)
+            code = EXIT_REFUSED
+            grace = 0.0
+        try:
+            released = worker.shutdown(grace)
+            if released:
+                log.warning("gave back %s unfinished task(s) as PENDING", released)
+        except DurableSchedError as e:
+            log.error("could not give back unfinished tasks: %s", e)
+            code = EXIT_REFUSED
         log.info("stopped; transactions retried on a busy database: %s", store.busy_retries)
     finally:
         for sig, handler in previous.items():
@@ -192,8 +204,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # Task threads that outlived the grace period cannot be interrupted, and
         # their outcomes would be refused anyway: do not wait for them.
         logging.shutdown()
-        os._exit(EXIT_OK)
-    return EXIT_OK
+        os._exit(code)
+    return code
 
 
 def _open(args: argparse.Namespace) -> SQLiteStore:

@@ -941,10 +941,39 @@ class DataVersionWatcher:
     no table, so an idle worker can look often at almost no cost.
     """
 
+    #: How often (seconds) the watcher also checks the file is still the one opened.
+    FILE_CHECK_INTERVAL = 1.0
+
     def __init__(self, engine: Engine) -> None:
         self._conn = engine.raw_connection()
         self._lock = threading.Lock()
         self._last = self._read()
+        database = engine.url.database
+        self._path = (
+            Path(database)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
+        self._identity = self._file_identity()
+        self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._path is None:
+            return None
+        try:
+            st = self._path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _check_file(self) -> None:
+        """A file deleted or replaced under us would go on working, silently, on the
+        old inode: refuse instead, so that a worker exits rather than spins."""
+        if self._path is None or time.monotonic() < self._next_file_check:
+            return
+        self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
+        if self._file_identity() != self._identity:
+            raise StoreError(f"the database file {self._path} was removed or replaced while in use")
 
     def _read(self) -> int:
         cursor = self._conn.cursor()
@@ -958,6 +987,7 @@ class DataVersionWatcher:
 
     def changed(self) -> bool:
         with self._lock, _translated("watching for changes"):
+            self._check_file()
             current = self._read()
             seen, self._last = self._last != current, current
             return seen

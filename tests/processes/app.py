@@ -64,3 +64,38 @@ def hang_once(ctx: TaskContext) -> dict[str, int]:
 def slow(seconds: float) -> str:
     threading.Event().wait(seconds)
     return "slept"
+
+
+@registry.task(
+    "chaos",
+    pass_context=True,
+    retry=RetryPolicy(max_attempts=8, initial=timedelta(milliseconds=20), jitter=0.5),
+)
+def chaos(ctx: TaskContext, n: int, fail: bool) -> int:
+    """A database effect with the success, an external effect before it; some fail for good."""
+    _append("external", f"{ctx.idempotency_key} {ctx.task_id} {ctx.attempt} {os.getpid()}")
+    threading.Event().wait(0.002)  # long enough to be caught mid-task by a kill
+    if fail:
+        raise ValueError(f"task {n} is written to fail")
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    return n
+
+
+@registry.task("zombie", pass_context=True)
+def zombie(ctx: TaskContext, mode: str) -> dict[str, int]:
+    """Like hang_once; its first attempt ends as `mode` says once released."""
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    ctx.submit("record", {"n": -ctx.attempt})
+    _append("bodies", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")
+    if ctx.attempt == 1:
+        release = OUT / "release"
+        waited = threading.Event()
+        for _ in range(3000):  # at most 30 s, bounded
+            if release.exists():
+                break
+            waited.wait(0.01)
+        if mode == "fail":
+            raise RuntimeError("the zombie fails late")
+        if mode == "cancel":
+            ctx.raise_if_cancelled()
+    return {"attempt": ctx.attempt, "pid": os.getpid()}

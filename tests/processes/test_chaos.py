@@ -1,0 +1,115 @@
+"""Chaos: worker processes killed with SIGKILL at random until every task is finished."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from durablesched import Scheduler
+
+from .conftest import Workers, wait_for
+
+pytestmark = pytest.mark.processes
+
+SOAK = os.environ.get("DURABLESCHED_SOAK", "") not in ("", "0")
+TASKS = 10_000 if SOAK else 2_000
+WORKERS = 4
+
+
+def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
+    db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
+) -> None:
+    rng = random.Random(20261201)
+    fails = {n for n in range(TASKS) if n % 97 == 0}
+    ids = scheduler.submit_many("chaos", [{"n": n, "fail": n in fails} for n in range(TASKS)])
+    n_of = {task_id: n for n, task_id in enumerate(ids)}
+    started = time.monotonic()
+    live = [workers.start(concurrency=4, lease=1) for _ in range(WORKERS)]
+    kills = 0
+
+    def finished() -> int:
+        with sqlite3.connect(db, timeout=30) as conn:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+            ).fetchone()
+        return int(count)
+
+    deadline = time.monotonic() + 240
+    while finished() < TASKS:
+        assert time.monotonic() < deadline, f"only {finished()} of {TASKS} finished"
+        victim = live.pop(rng.randrange(len(live)))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(30)
+        kills += 1
+        live.append(workers.start(concurrency=4, lease=1))
+        # Let the replacement start and the others work a few hundred ms before the next kill.
+        pause = time.monotonic() + rng.uniform(0.2, 0.5)
+        wait_for(lambda pause=pause: time.monotonic() >= pause, "the next kill")  # type: ignore[misc]
+    wall = time.monotonic() - started
+    for proc in live:
+        proc.send_signal(signal.SIGTERM)
+    for proc in live:
+        assert proc.wait(30) == 0
+
+    duplicates, reclaims = verify(db, ids, {t for t in ids if n_of[t] in fails}, tmp_path)
+    print(
+        f"\nchaos: {TASKS} tasks, {kills} kills, {reclaims} reclaims, "
+        f"{duplicates} duplicate external effects, {wall:.1f}s wall time"
+    )
+    assert kills >= 3
+
+
+def verify(db: Path, ids: list[int], must_fail: set[int], out: Path) -> tuple[int, int]:
+    """Check the outcome; return (duplicate external effects, reclaims)."""
+    with sqlite3.connect(db) as conn:
+        states = dict(conn.execute("SELECT id, state FROM tasks WHERE name = 'chaos'").fetchall())
+        ledger = Counter(r[0] for r in conn.execute("SELECT task_id FROM ledger").fetchall())
+        reclaimed_attempts = defaultdict(set)
+        for task_id, attempt in conn.execute(
+            "SELECT task_id, attempt FROM task_events "
+            "WHERE state IN ('RETRY_WAIT', 'FAILED', 'CANCELLED') AND detail LIKE 'lease of %'"
+        ):
+            reclaimed_attempts[task_id].add(attempt)
+        gave_back = defaultdict(int)
+        for task_id, count in conn.execute(
+            "SELECT task_id, count(*) FROM task_events WHERE detail LIKE 'given back%' "
+            "GROUP BY task_id"
+        ):
+            gave_back[task_id] = count
+    # No task lost: SUCCEEDED, or FAILED only where written to fail.
+    assert sorted(states) == sorted(ids)
+    for task_id, state in states.items():
+        expected = "FAILED" if task_id in must_fail else "SUCCEEDED"
+        assert state == expected, f"task {task_id} ended {state}"
+    # Every database effect exactly once, and only for successes.
+    assert all(ledger[t] == 1 for t in ids if t not in must_fail)
+    assert not any(ledger[t] for t in must_fail)
+    # Every external key at least once; each duplicate explained by a lost attempt.
+    lines: dict[int, list[int]] = defaultdict(list)
+    for line in (out / "external").read_text().splitlines():
+        key, task_id, attempt, _pid = line.split()
+        assert key == f"durablesched-task-{task_id}"
+        lines[int(task_id)].append(int(attempt))
+    duplicates = 0
+    for task_id in ids:
+        attempts = lines[task_id]
+        assert attempts, f"task {task_id} never ran its external effect"
+        if task_id in must_fail:
+            continue
+        extra = len(attempts) - 1
+        duplicates += extra
+        # Every attempt but the successful one must be a recorded lost lease
+        # (or a give-back, whose attempt is not counted and may repeat its number).
+        lost = [a for a in attempts if a != max(attempts)]
+        for attempt in lost:
+            assert attempt in reclaimed_attempts[task_id] or gave_back[task_id], (
+                f"task {task_id}: attempt {attempt} ran again without a recorded reclaim"
+            )
+    return duplicates, sum(len(v) for v in reclaimed_attempts.values())
