@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, create_engine, event, exc, text
+from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.sql.elements import BindParameter
 
 from .errors import (
     ConfigurationError,
@@ -65,7 +66,9 @@ TASK_COLUMNS = (
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
     "created_at, updated_at, finished_at"
 )
-NAMES_FILTER = "AND name IN (SELECT value FROM json_each(:names))"
+#: Names bound one parameter each (an expanding IN), compared exactly as stored.
+NAMES_FILTER = "AND name IN :names"
+_NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
 
 SQL_ALLOCATE = text(
     "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
@@ -89,7 +92,9 @@ def _claim_sql(names: bool) -> str:
     return (
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
         "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
-        "WHERE id IN (SELECT id FROM tasks "
+        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
+        # the (state, name) index and sort; the claim must always walk this one.
+        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
         f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
         "ORDER BY due_at, seq LIMIT :limit) "
         "RETURNING id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
@@ -98,7 +103,7 @@ def _claim_sql(names: bool) -> str:
 
 #: The claim: one statement, earliest (due_at, seq) first, via ix_tasks_claimable.
 SQL_CLAIM = text(_claim_sql(names=False))
-SQL_CLAIM_NAMED = text(_claim_sql(names=True))
+SQL_CLAIM_NAMED = text(_claim_sql(names=True)).bindparams(_NAMES)
 SQL_HEARTBEAT = text(
     "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
     "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
@@ -167,9 +172,10 @@ SQL_NEXT_DUE = text(
     f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
 )
 SQL_NEXT_DUE_NAMED = text(
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
+    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
     "ORDER BY due_at, seq LIMIT 1"
-)
+).bindparams(_NAMES)
 SQL_NEXT_EXPIRY = text(
     "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
     "ORDER BY lease_expires_at LIMIT 1"
@@ -264,8 +270,8 @@ def sqlite_url(db: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(raw).expanduser().resolve()}"
 
 
-def _prepare_file(url: str) -> None:
-    """Refuse a directory or a non-SQLite file; create a new file readable by its owner only."""
+def _prepare_file(url: str, file_mode: int) -> None:
+    """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``."""
     database = make_url(url).database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
@@ -281,12 +287,13 @@ def _prepare_file(url: str) -> None:
     if not path.parent.is_dir():
         raise StoreError(f"cannot create {path}: the directory {path.parent} does not exist")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, file_mode)
     except FileExistsError:
         return
     except OSError as e:
         raise StoreError(f"cannot create {path}: {e.strerror}") from None
     os.close(fd)
+    os.chmod(path, file_mode)  # exactly as asked, whatever the umask
 
 
 def create_sqlite_engine(
@@ -295,6 +302,7 @@ def create_sqlite_engine(
     durability: Durability = "full",
     busy_timeout: float = 30.0,
     pool_size: int = 8,
+    file_mode: int = 0o600,
 ) -> Engine:
     """An engine with WAL, foreign keys, a busy timeout and IMMEDIATE write transactions.
 
@@ -304,7 +312,7 @@ def create_sqlite_engine(
     if durability not in SYNCHRONOUS:
         raise ConfigurationError(f"durability must be 'full' or 'normal', got {durability!r}")
     url = sqlite_url(db)
-    _prepare_file(url)
+    _prepare_file(url, file_mode)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -366,7 +374,8 @@ class SQLiteStore:
 
     ``db`` is a path or an ``sqlite:///`` URL. A new file is created at the
     current schema; an older schema is upgraded only with ``migrate=True``; a
-    newer one is refused with :class:`SchemaError`. ``durability="full"``
+    newer one is refused with :class:`SchemaError`. A new file is created
+    with ``file_mode`` (owner read/write only by default). ``durability="full"``
     (the default) survives power loss; ``"normal"`` survives process crashes
     but may lose the last commits on power loss (docs/durability.md).
     """
@@ -378,11 +387,15 @@ class SQLiteStore:
         durability: Durability = "full",
         migrate: bool = False,
         busy_timeout: float = 30.0,
+        file_mode: int = 0o600,
     ) -> None:
         # SQLite's own busy handler waits up to LOCK_WAIT per try; on top of it we
         # retry with jittered backoff until ``busy_timeout`` has passed in all.
         self.engine = create_sqlite_engine(
-            db, durability=durability, busy_timeout=min(LOCK_WAIT, busy_timeout)
+            db,
+            durability=durability,
+            busy_timeout=min(LOCK_WAIT, busy_timeout),
+            file_mode=file_mode,
         )
         self._reader = self.engine.execution_options(durablesched_read=True)
         self.durability = durability
@@ -522,7 +535,7 @@ class SQLiteStore:
         sql = SQL_CLAIM
         if names is not None:
             sql = SQL_CLAIM_NAMED
-            params["names"] = _dump(sorted(names))
+            params["names"] = sorted(names)
         with self._write("claiming tasks") as conn:
             rows = conn.execute(sql, params).all()
             if rows:
@@ -749,7 +762,7 @@ class SQLiteStore:
         due_sql = SQL_NEXT_DUE
         if names is not None:
             due_sql = SQL_NEXT_DUE_NAMED
-            params["names"] = _dump(sorted(names))
+            params["names"] = sorted(names)
         with self._read("finding the next due time") as conn:
             times = [
                 conn.execute(due_sql, params).scalar(),
