@@ -31,7 +31,7 @@ class InvalidTransitionError(DurableSchedError):
     """A state change that the task state machine does not allow."""
 
 
-class UnknownTaskNameError(DurableSchedError, LookupError):
+class UnknownTaskNameError(InvalidTaskError, LookupError):
     """The task registry has no function registered under that name."""
 
 

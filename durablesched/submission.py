@@ -45,6 +45,8 @@ def build_task(
         raise InvalidTaskError(f"task name must be a non-empty string, got {name!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidTaskError(f"task name is longer than {MAX_NAME_LENGTH} characters")
+    if any(not ch.isprintable() for ch in name):
+        raise InvalidTaskError(f"task name {name!r} contains control characters")
     if registry is not None and name not in registry:
         raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
     task_args: JSONArgs = canonical_json(_check_args(args), f"arguments of task {name!r}")
