@@ -90,9 +90,13 @@ def zombie(ctx: TaskContext, mode: str) -> dict[str, int]:
     if ctx.attempt == 1:
         release = OUT / "release"
         waited = threading.Event()
+        saw_cancel = False
         for _ in range(3000):  # at most 30 s, bounded
             if release.exists():
                 break
+            if ctx.cancel_requested and not saw_cancel:
+                saw_cancel = True
+                _append("saw-cancel", str(ctx.task_id))
             waited.wait(0.01)
         if mode == "fail":
             raise RuntimeError("the zombie fails late")

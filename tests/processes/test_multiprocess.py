@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 from collections import Counter
@@ -81,36 +80,60 @@ def test_sigkill_after_the_body_commits_the_effect_exactly_once(
     assert [t.args for t in scheduler.list_tasks(name="record")] == [{"n": -2}]
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("succeed", TaskState.SUCCEEDED, "success"),
+        ("fail", TaskState.SUCCEEDED, "failure"),
+        ("cancel", TaskState.CANCELLED, "cancel acknowledgement"),
+    ],
+)
 def test_sigstop_zombie_cannot_commit_effect_or_outcome(
-    db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
+    db: Path,
+    workers: Workers,
+    scheduler: Scheduler,
+    tmp_path: Path,
+    case: tuple[str, TaskState, str],
 ) -> None:
-    task_id = scheduler.submit("hang_once")
+    """Paused past its lease while another worker takes over, the zombie's success,
+    failure or cancel acknowledgement, its effect and its child are all refused."""
+    mode, rescued, refused = case
+    task_id = scheduler.submit("zombie", {"mode": mode})
     zombie = workers.start(concurrency=1, lease=1)
     bodies = tmp_path / "bodies"
     wait_for(lambda: bodies.exists() and bodies.read_text().count("\n") >= 1, "the body to run")
+    if mode == "cancel":
+        assert scheduler.cancel(task_id) == "REQUESTED"
+        wait_for((tmp_path / "saw-cancel").exists, "the zombie to see the request")
     zombie.send_signal(signal.SIGSTOP)
     try:
         rescuer = workers.start(concurrency=1, lease=1)
-        wait_for(lambda: scheduler.get(task_id).state is TaskState.SUCCEEDED, "the rescue")
-        assert scheduler.get(task_id).result["attempt"] == 2
+        wait_for(lambda: scheduler.get(task_id).state is rescued, "the rescue")
     finally:
         (tmp_path / "release").touch()  # lets the zombie's first attempt finish
         zombie.send_signal(signal.SIGCONT)
-    wait_for(
-        lambda: "discarded" in workers.log(0) or "lease lost" in workers.log(0),
-        "the zombie to notice",
-    )
-    # Give the zombie its chance to write: stop it gracefully and wait for it to exit.
+    wait_for(lambda: f"the {refused} of task {task_id}" in workers.log(0), "the refusal")
     zombie.send_signal(signal.SIGTERM)
     assert zombie.wait(30) == 0
     rescuer.send_signal(signal.SIGTERM)
     assert rescuer.wait(30) == 0
+
     task = scheduler.get(task_id)
-    assert (task.state, task.attempts, task.result["attempt"]) == (TaskState.SUCCEEDED, 2, 2)
-    assert query(db, "SELECT task_id, attempt FROM ledger WHERE task_id = ?", task_id) == [
-        (task_id, 2)
+    history = scheduler.history(task_id)
+    finals = [
+        e
+        for e in history
+        if e.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
     ]
-    successes = [e for e in scheduler.history(task_id) if e.state is TaskState.SUCCEEDED]
-    assert len(successes) == 1
-    assert [t.args for t in scheduler.list_tasks(name="record")] == [{"n": -2}]
-    assert os.path.exists(tmp_path / "release")
+    assert len(finals) == 1 and finals[0].state is rescued
+    if rescued is TaskState.SUCCEEDED:
+        assert (task.attempts, task.result["attempt"]) == (2, 2)
+        assert query(db, "SELECT task_id, attempt FROM ledger WHERE task_id = ?", task_id) == [
+            (task_id, 2)
+        ]
+        assert [t.args for t in scheduler.list_tasks(name="record")] == [{"n": -2}]
+    else:
+        # A requested cancellation is finalised by the reclaim, never retried.
+        assert (task.attempts, task.result) == (1, None)
+        assert query(db, "SELECT count(*) FROM ledger") == [(0,)]
+        assert scheduler.list_tasks(name="record") == []
