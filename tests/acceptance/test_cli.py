@@ -231,3 +231,14 @@ def test_a_second_signal_exits_at_once_and_the_lease_is_reclaimed_later(
     wait_for(lambda: state_of(db, slow) is not TaskState.RUNNING, "the reclaim")
     rescuer.send_signal(signal.SIGTERM)
     rescuer.wait(DEADLINE)
+
+
+def test_a_worker_whose_database_file_is_removed_exits_non_zero(
+    tmp_path: Path, db: Path, workers: Workers
+) -> None:
+    proc = workers.start(concurrency=1, lease=5)
+    wait_for(lambda: "worker " in workers.log(0), "the worker to start")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    assert proc.wait(DEADLINE) == 1
+    assert "was removed or replaced while in use" in workers.log(0)
