@@ -131,7 +131,7 @@ class MemoryStore:
     ) -> list[LeaseStatus]:
         renewed: list[LeaseStatus] = []
         with self._lock:
-            for claim in claims:
+            for claim in sorted(claims, key=lambda c: c.task_id):
                 task = self._valid(claim, owner, now)
                 if task is None:
                     continue

@@ -148,8 +148,8 @@ SQL_CANCEL_WAITING = text(
     f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
 )
 SQL_CANCEL_RUNNING = text(
-    "UPDATE tasks SET cancel_requested_at = coalesce(cancel_requested_at, :now), "
-    "updated_at = :now WHERE id = :id AND state = 'RUNNING' RETURNING id"
+    "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL RETURNING id"
 )
 SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
 SQL_ANY_EXPIRED = text(
@@ -583,7 +583,7 @@ class SQLiteStore:
             "lease_expires_at": to_db_time(now + lease),
         }
         with self._write("renewing leases") as conn:
-            rows = conn.execute(SQL_HEARTBEAT, params).all()
+            rows = sorted(conn.execute(SQL_HEARTBEAT, params).all(), key=lambda r: int(r.id))
         return [
             LeaseStatus(
                 r.id, r.fence, from_db_time(r.lease_expires_at), r.cancel_requested_at is not None
@@ -713,9 +713,11 @@ class SQLiteStore:
                 return CancelOutcome.CANCELLED
             if conn.execute(SQL_CANCEL_RUNNING, params).first() is not None:
                 return CancelOutcome.REQUESTED
-            if conn.execute(SQL_STATE, params).first() is None:
+            state = conn.execute(SQL_STATE, params).scalar()
+            if state is None:
                 raise TaskNotFoundError(f"no task with id {task_id}")
-            return CancelOutcome.TOO_LATE
+            # Asked before: the first request's time stands.
+            return CancelOutcome.REQUESTED if state == "RUNNING" else CancelOutcome.TOO_LATE
 
     def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
         stamp = to_db_time(now)

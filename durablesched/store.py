@@ -95,7 +95,7 @@ class Store(Protocol):
     ) -> list[LeaseStatus]:
         """Extend every still-valid claim to ``now + lease`` in one step.
 
-        Claims missing from the result were lost.
+        The result is in task id order; claims missing from it were lost.
         """
         ...
 
