@@ -233,7 +233,10 @@ def parse_duration(value: str, what: str) -> timedelta:
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"{what} must be a non-negative duration, got {value!r}")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise UsageError(f"{what} is too long: {value!r}") from None
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -490,7 +493,11 @@ def cmd_purge(args: argparse.Namespace) -> int:
     batch = _positive_int("--batch", args.batch)
     store = _open(args)
     try:
-        deleted = store.purge(SystemClock().now() - age, batch=batch)
+        try:
+            before = SystemClock().now() - age
+        except OverflowError:  # older than the calendar: nothing can be that old
+            before = datetime.min.replace(tzinfo=UTC)
+        deleted = store.purge(before, batch=batch)
     finally:
         store.close()
     if args.json:

@@ -93,7 +93,10 @@ def _due_at(now: datetime, at: datetime | None, delay: timedelta | float | None)
         raise InvalidTaskError(f"delay= must be a timedelta or seconds, got {delay!r}")
     if isinstance(delay, float) and not math.isfinite(delay):
         raise InvalidTaskError(f"delay= must be finite, got {delay!r}")
-    step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
-    if step < timedelta(0):
-        raise InvalidTaskError(f"delay= must not be negative, got {delay!r}")
-    return now + step
+    try:
+        step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+        if step < timedelta(0):
+            raise InvalidTaskError(f"delay= must not be negative, got {delay!r}")
+        return now + step
+    except OverflowError:
+        raise InvalidTaskError(f"delay= is too large: {delay!r}") from None
