@@ -1,0 +1,10 @@
+"""The benchmark's task registry: one no-op task."""
+
+from durablesched import TaskRegistry
+
+registry = TaskRegistry()
+
+
+@registry.task("noop")
+def noop() -> None:
+    return None

@@ -1,0 +1,163 @@
+"""durablesched's own figures: submit, end to end, claim and pickup latency, idle CPU, memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from durablesched import Scheduler, SQLiteStore
+from durablesched.records import NewTask
+from durablesched.sqlite import from_db_time
+
+from .common import NOW, ROOT, fresh, median, percentile, worker
+
+
+def submit_single(path: Path, n: int) -> float:
+    store = SQLiteStore(fresh(path))
+    scheduler = Scheduler(store)
+    start = time.perf_counter()
+    for _ in range(n):
+        scheduler.submit("noop")
+    elapsed = time.perf_counter() - start
+    store.close()
+    return n / elapsed
+
+
+def submit_many(path: Path, n: int) -> float:
+    store = SQLiteStore(fresh(path))
+    scheduler = Scheduler(store)
+    args: list[dict[str, object]] = [{} for _ in range(n)]
+    start = time.perf_counter()
+    scheduler.submit_many("noop", args)
+    elapsed = time.perf_counter() - start
+    store.close()
+    return n / elapsed
+
+
+def end_to_end(path: Path, n: int, slots: int, processes: int, durability: str) -> dict[str, float]:
+    """No-op tasks/s from the first claim to the last finish, measured from the table."""
+    store = SQLiteStore(fresh(path), durability=durability)  # type: ignore[arg-type]
+    Scheduler(store).submit_many("noop", [{} for _ in range(n)])
+    store.close()
+    children = [
+        worker(path, "--burst", "--concurrency", str(slots), durability=durability)
+        for _ in range(processes)
+    ]
+    peak_rss = 0
+    for child in children:
+        status, _cpu, rss = child.wait_rusage()
+        assert status == 0, f"worker exited {status}"
+        peak_rss = max(peak_rss, rss)
+    with sqlite3.connect(path) as conn:
+        (first,) = conn.execute(
+            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
+        ).fetchone()
+        last, done = conn.execute(
+            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
+        ).fetchone()
+    assert done == n, f"only {done} of {n} tasks succeeded"
+    elapsed = (from_db_time(last) - from_db_time(first)).total_seconds()
+    return {"tasks_per_s": n / elapsed, "peak_rss_mib": peak_rss / 1024}
+
+
+def claim_latency(path: Path, pending: int, finished: int, samples: int) -> dict[str, float]:
+    """Seconds per claim of one task, with ``pending`` waiting and ``finished`` done rows."""
+    store = SQLiteStore(fresh(path))
+    batch = 50_000
+    for start in range(0, pending + finished, batch):
+        count = min(batch, pending + finished - start)
+        store.submit([NewTask("noop", {}, NOW, 1) for _ in range(count)], NOW)
+    store.close()
+    if finished:
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE tasks SET state = 'SUCCEEDED', finished_at = created_at WHERE id <= ?",
+                (finished,),
+            )
+    store = SQLiteStore(path)
+    lease = timedelta(seconds=30)
+    times = []
+    for _ in range(min(samples, pending)):
+        t0 = time.perf_counter()
+        store.claim("bench", 1, NOW, lease)
+        times.append(time.perf_counter() - t0)
+    store.close()
+    return {"p50_us": median(times) * 1e6, "p99_us": percentile(times, 99) * 1e6}
+
+
+def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, float]:
+    """Cross-process pickup latency (submit here, started there) and idle CPU of a worker."""
+    SQLiteStore(fresh(path)).close()
+    child = worker(path, "--concurrency", "1")
+    store = SQLiteStore(path)
+    scheduler = Scheduler(store)
+    try:
+        # Wait for the worker to be up: it picks up a first task.
+        first = scheduler.submit("noop")
+        _wait_done(scheduler, first, 30)
+        cpu0 = child.cpu_seconds()
+        t0 = time.monotonic()
+        time.sleep(idle_seconds)  # the measurement: an idle worker over this period
+        idle = (child.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+        latencies = []
+        for _ in range(samples):
+            submitted = scheduler.clock.now()
+            task_id = scheduler.submit("noop")
+            _wait_done(scheduler, task_id, 10)
+            started = next(e.at for e in scheduler.history(task_id) if e.state == "RUNNING")
+            latencies.append((started - submitted).total_seconds())
+            time.sleep(0.02)  # let the worker go idle again between samples
+    finally:
+        store.close()
+        child.stop()
+    return {
+        "pickup_p50_ms": median(latencies) * 1e3,
+        "pickup_p99_ms": percentile(latencies, 99) * 1e3,
+        "idle_cpu_percent": idle * 100,
+    }
+
+
+def _wait_done(scheduler: Scheduler, task_id: int, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while scheduler.get(task_id).state != "SUCCEEDED":
+        if time.monotonic() > end:
+            raise TimeoutError(f"task {task_id} was not picked up")
+        time.sleep(0.0005)
+
+
+MEMORY_PROBE = """
+import json, sys
+from pathlib import Path
+from durablesched import MemoryStore
+from durablesched.records import NewTask
+from datetime import datetime, timezone
+def rss():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+n = int(sys.argv[1])
+now = datetime(2020, 1, 1, tzinfo=timezone.utc)
+store = MemoryStore()
+before = rss()
+for start in range(0, n, 10_000):
+    store.submit([NewTask("noop", {}, now, 5) for _ in range(min(10_000, n - start))], now)
+print(json.dumps({"bytes_per_task": (rss() - before) / n}))
+"""
+
+
+def memory_backend(n: int) -> float:
+    out = subprocess.run(  # noqa: S603 - our own probe
+        [sys.executable, "-c", MEMORY_PROBE, str(n)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(json.loads(out)["bytes_per_task"])

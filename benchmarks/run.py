@@ -1,0 +1,268 @@
+"""Run every benchmark in one go and print figures with their ratios to baselines of the same run.
+
+    python -m benchmarks.run            # the full run (several minutes)
+    python -m benchmarks.run --smoke    # small sizes: CI's check that the harness still works
+
+Results go to benchmarks/results/ as JSON, a Markdown table and a PNG chart.
+Absolute numbers drift on shared machines; the ratios are the contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from . import ours, peers, raw
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help="small sizes, for CI")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
+    args = parser.parse_args(argv)
+    size = Sizes(smoke=args.smoke)
+    tmp = Path(tempfile.mkdtemp(prefix="durablesched-bench-"))
+    figures: dict[str, Any] = {}
+    counter = iter(range(1_000_000))
+
+    def db() -> Path:
+        return tmp / f"b{next(counter)}.db"
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        value = fn()
+        figures[name] = value
+        print(f"  {name}: {_show(value)}  ({time.monotonic() - t0:.1f}s)", flush=True)
+        return value
+
+    print(f"durablesched benchmarks ({'smoke' if args.smoke else 'full'}) in {tmp}")
+    print("raw sqlite3, same schema and pragmas:")
+    for durability in ("full", "normal"):
+        step(
+            f"raw_1_per_tx_{durability}",
+            partial(raw.claim_complete_loop, db(), size.raw, 1, durability),
+        )
+        step(
+            f"raw_32_per_tx_{durability}",
+            partial(raw.claim_complete_loop, db(), size.raw, 32, durability),
+        )
+    step("raw_executemany", lambda: raw.executemany_insert(db(), size.submit_many))
+
+    print("durablesched:")
+    step("submit_single", lambda: ours.submit_single(db(), size.submit_single))
+    step("submit_many", lambda: ours.submit_many(db(), size.submit_many))
+    for durability in ("full", "normal"):
+        for slots in (1, 8, 32):
+            step(
+                f"e2e_1proc_{slots}slots_{durability}",
+                partial(ours.end_to_end, db(), size.e2e, slots, 1, durability),
+            )
+    for processes in (2, 4):
+        step(
+            f"e2e_{processes}proc_8slots_full",
+            partial(ours.end_to_end, db(), size.e2e, 8, processes, "full"),
+        )
+    for pending in size.claim_pending:
+        step(
+            f"claim_{pending}_pending",
+            partial(ours.claim_latency, db(), pending, 0, size.claim_samples),
+        )
+    step(
+        f"claim_{size.claim_finished}_finished",
+        lambda: ours.claim_latency(db(), 1_000, size.claim_finished, size.claim_samples),
+    )
+    step("pickup_idle", lambda: ours.pickup_and_idle(db(), size.pickup, size.idle_seconds))
+    step("memory_backend_bytes_per_task", lambda: ours.memory_backend(size.memory_tasks))
+
+    found = peers.available()
+    print(f"peers ({', '.join(k for k, v in found.items() if v) or 'none installed'}):")
+    if found["huey"]:
+        step("huey_consumer_8threads", lambda: peers.huey_consumer(db(), size.peer, 8))
+    if found["litequeue"]:
+        step("litequeue_normal", lambda: peers.litequeue_loop(db(), size.peer, "NORMAL"))
+        step("litequeue_full", lambda: peers.litequeue_loop(db(), size.peer, "FULL"))
+    if found["persistqueue"]:
+        step("persistqueue_ackqueue", lambda: peers.persistqueue_loop(tmp / "pq", size.peer))
+
+    report = build_report(figures, size, found)
+    write(report, args.out, smoke=args.smoke)
+    return 0
+
+
+class Sizes:
+    def __init__(self, *, smoke: bool) -> None:
+        self.smoke = smoke
+        self.raw = 2_000 if smoke else 20_000
+        self.submit_single = 300 if smoke else 5_000
+        self.submit_many = 5_000 if smoke else 100_000
+        self.e2e = 500 if smoke else 20_000
+        self.claim_pending = [1_000, 10_000] if smoke else [1_000, 100_000, 1_000_000]
+        self.claim_finished = 10_000 if smoke else 1_000_000
+        self.claim_samples = 200 if smoke else 1_000
+        self.pickup = 20 if smoke else 200
+        self.idle_seconds = 2.0 if smoke else 30.0
+        self.memory_tasks = 50_000 if smoke else 1_000_000
+        self.peer = 500 if smoke else 10_000
+
+
+def _rate(figures: dict[str, Any], key: str) -> float:
+    value = figures.get(key)
+    if isinstance(value, dict):
+        return float(value["tasks_per_s"])
+    return float(value) if value is not None else float("nan")
+
+
+def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -> dict[str, Any]:
+    e2e_full = max(_rate(figures, f"e2e_1proc_{s}slots_full") for s in (1, 8, 32))
+    e2e_normal = max(_rate(figures, f"e2e_1proc_{s}slots_normal") for s in (1, 8, 32))
+    claims = {k: v for k, v in figures.items() if k.startswith("claim_")}
+    base_claim = claims[f"claim_{size.claim_pending[0]}_pending"]["p50_us"]
+    largest = size.claim_pending[-1]
+    targets = [
+        (
+            "1. e2e 1 process (FULL) / huey consumer (FULL)",
+            e2e_full / _rate(figures, "huey_consumer_8threads") if found["huey"] else float("nan"),
+            ">=",
+            3.0,
+        ),
+        (
+            "2a. e2e 1 process (FULL) / raw 32-per-tx (FULL)",
+            e2e_full / _rate(figures, "raw_32_per_tx_full"),
+            ">=",
+            0.5,
+        ),
+        (
+            "2b. e2e 1 process (NORMAL) / raw 1-per-tx (NORMAL)",
+            e2e_normal / _rate(figures, "raw_1_per_tx_normal"),
+            ">=",
+            2.0,
+        ),
+        (
+            "3. submit_many / raw executemany",
+            _rate(figures, "submit_many") / _rate(figures, "raw_executemany"),
+            ">=",
+            0.7,
+        ),
+        (
+            f"4a. claim p50 {largest} pending / {size.claim_pending[0]} pending",
+            claims[f"claim_{largest}_pending"]["p50_us"] / base_claim,
+            "<=",
+            1.5,
+        ),
+        (
+            f"4b. claim p50 {size.claim_finished} finished / {size.claim_pending[0]} pending",
+            claims[f"claim_{size.claim_finished}_finished"]["p50_us"] / base_claim,
+            "<=",
+            1.5,
+        ),
+        ("5a. pickup p50 (ms)", figures["pickup_idle"]["pickup_p50_ms"], "<=", 5.0),
+        ("5b. pickup p99 (ms)", figures["pickup_idle"]["pickup_p99_ms"], "<=", 50.0),
+        (
+            "5c. idle worker CPU (% of a core)",
+            figures["pickup_idle"]["idle_cpu_percent"],
+            "<=",
+            1.0,
+        ),
+        (
+            "6. e2e 4 processes / 1 process (8 slots, FULL)",
+            _rate(figures, "e2e_4proc_8slots_full") / _rate(figures, "e2e_1proc_8slots_full"),
+            ">=",
+            1.0,
+        ),
+        (
+            "7. in-memory backend bytes per pending task",
+            figures["memory_backend_bytes_per_task"],
+            "<=",
+            1024.0,
+        ),
+    ]
+    return {
+        "machine": {
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        },
+        "smoke": size.smoke,
+        "figures": figures,
+        "targets": [
+            {"target": name, "value": value, "op": op, "goal": goal, "met": _met(value, op, goal)}
+            for name, value, op, goal in targets
+        ],
+    }
+
+
+def _met(value: float, op: str, goal: float) -> bool | None:
+    if math.isnan(value):  # not measured: a peer is not installed
+        return None
+    return value >= goal if op == ">=" else value <= goal
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v:,.1f}" for k, v in value.items())
+    return f"{value:,.1f}"
+
+
+def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "smoke" if smoke else "latest"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [
+        f"# durablesched benchmarks ({stem})",
+        "",
+        f"Python {report['machine']['python']}, SQLite {report['machine']['sqlite']}, "
+        f"{report['machine']['platform']}, {report['machine']['when']}.",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {k} | {_show(v)} |" for k, v in report["figures"].items()]
+    lines += ["", "| target | measured | goal | met |", "| --- | --- | --- | --- |"]
+    for t in report["targets"]:
+        met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['value']:.2f} | {t['op']} {t['goal']} | {met} |")
+    table = "\n".join(lines) + "\n"
+    (out / f"{stem}.md").write_text(table)
+    print()
+    print(table)
+    _chart(report, out / f"{stem}.png")
+
+
+def _chart(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib  # noqa: PLC0415 - optional
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - optional
+    except ImportError:
+        print("(matplotlib not installed: no chart)")
+        return
+    rates = {
+        k: _rate(report["figures"], k)
+        for k in report["figures"]
+        if k.startswith(("e2e_", "raw_1", "raw_32", "huey", "litequeue", "persistqueue"))
+    }
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rates) + 1))
+    ax.barh(list(rates), list(rates.values()))
+    ax.set_xlabel("tasks per second (no-op tasks)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"chart: {path}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
