@@ -22,6 +22,8 @@ from .records import (
     ErrorInfo,
     LeaseStatus,
     NewTask,
+    Outcome,
+    OutcomeResult,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -183,6 +185,38 @@ class MemoryStore:
                 return TaskState.FAILED
             self._retry_later(task, retry_at, now, error, detail=error.message)
             return TaskState.RETRY_WAIT
+
+    def record_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        *,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> tuple[list[OutcomeResult], list[Claim]]:
+        results: list[OutcomeResult] = []
+        for outcome in outcomes:
+            try:
+                results.append(self._record(outcome, now))
+            except (InvalidTransitionError, UnsupportedOperationError) as e:
+                results.append(e)
+        return results, self.claim(owner, limit, now, lease, names) if limit > 0 else []
+
+    def _record(self, outcome: Outcome, now: datetime) -> TaskState | None:
+        if outcome.error is not None:
+            return self.fail(outcome.claim, outcome.error, outcome.retry_at, now)
+        if outcome.cancelled:
+            return TaskState.CANCELLED if self.acknowledge_cancel(outcome.claim, now) else None
+        done = self.complete(
+            outcome.claim,
+            outcome.result,
+            now,
+            children=outcome.children,
+            effects=outcome.effects,
+        )
+        return TaskState.SUCCEEDED if done else None
 
     def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback as _traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -103,6 +104,29 @@ class Claim:
     def exhausted(self) -> bool:
         """True if this is the last attempt the task is allowed."""
         return self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one attempt ended, to be recorded under its claim.
+
+    A failure if ``error`` is set (retried at ``retry_at`` if given), an
+    acknowledged cancellation if ``cancelled``, otherwise a success with
+    ``result``, ``children`` and ``effects``.
+    """
+
+    claim: Claim
+    result: Any = None
+    error: ErrorInfo | None = None
+    retry_at: datetime | None = None
+    cancelled: bool = False
+    children: tuple[NewTask, ...] = ()
+    effects: tuple[Callable[[Any], object], ...] = ()
+
+
+#: What recording an outcome did: the task's new state, None if the claim was
+#: no longer valid, or the exception an effect (or a refused cancellation) raised.
+OutcomeResult = TaskState | Exception | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ from .records import (
     ErrorInfo,
     LeaseStatus,
     NewTask,
+    Outcome,
+    OutcomeResult,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -526,50 +528,8 @@ class SQLiteStore:
     ) -> list[Claim]:
         if limit <= 0:
             return []
-        params: dict[str, Any] = {
-            "owner": owner,
-            "lease_expires_at": to_db_time(now + lease),
-            "now": to_db_time(now),
-            "limit": limit,
-        }
-        sql = SQL_CLAIM
-        if names is not None:
-            sql = SQL_CLAIM_NAMED
-            params["names"] = sorted(names)
         with self._write("claiming tasks") as conn:
-            rows = conn.execute(sql, params).all()
-            if rows:
-                conn.execute(
-                    SQL_INSERT_EVENT,
-                    [
-                        {
-                            "task_id": r.id,
-                            "at": params["now"],
-                            "state": "RUNNING",
-                            "attempt": r.attempts,
-                            "detail": f"claimed by {owner}",
-                        }
-                        for r in rows
-                    ],
-                )
-        claims = [
-            Claim(
-                task_id=r.id,
-                name=r.name,
-                args=json.loads(r.args),
-                attempt=r.attempts,
-                max_attempts=r.max_attempts,
-                owner=owner,
-                fence=r.fence,
-                lease_expires_at=now + lease,
-                due_at=from_db_time(r.due_at),
-                seq=r.seq,
-                idempotency_key=effective_key(r.id, r.idempotency_key),
-            )
-            for r in rows
-        ]
-        claims.sort(key=lambda c: (c.due_at, c.seq))
-        return claims
+            return _claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -600,83 +560,104 @@ class SQLiteStore:
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
     ) -> bool:
-        params = _claim_params(claim, now)
-        result_json = _dump(result)
+        outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
         with self._write(f"recording the success of task {claim.task_id}") as conn:
-            row = conn.execute(SQL_COMPLETE, {**params, "result": result_json}).first()
-            if row is None:
-                return False
-            conn.execute(
-                SQL_RECORD_KEY,
-                {
-                    "key": effective_key(claim.task_id, row.idempotency_key),
-                    "task_id": claim.task_id,
-                    "now": params["now"],
-                    "result": result_json,
-                },
-            )
-            if children:
-                self._insert(conn, children, now)
-            for effect in effects:
-                effect(conn)
-            _event(
-                conn,
-                claim.task_id,
-                at=params["now"],
-                state=TaskState.SUCCEEDED,
-                attempt=row.attempts,
-                detail=None,
-            )
-        return True
+            return self._complete(conn, outcome, to_db_time(now), now) is not None
 
     def fail(
         self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
     ) -> TaskState | None:
-        params = {
-            **_claim_params(claim, now),
-            "retry_at": None if retry_at is None else to_db_time(retry_at),
-            "error": _error_json(error),
-        }
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
-            row = conn.execute(SQL_FAIL, params).first()
-            if row is None:
-                return None
-            state = TaskState(row.state)
-            _event(
-                conn,
-                claim.task_id,
-                at=params["now"],
-                state=state,
-                attempt=row.attempts,
-                detail=error.message,
-            )
-        return state
+            return _fail(conn, Outcome(claim, error=error, retry_at=retry_at), to_db_time(now))
 
     def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
-        params = _claim_params(claim, now)
         with self._write(f"cancelling task {claim.task_id}") as conn:
-            row = conn.execute(SQL_ACK_CANCEL, params).first()
-            if row is None:
-                if conn.execute(SQL_IS_VALID, params).first() is not None:
-                    raise InvalidTransitionError(
-                        f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
-                    )
-                return False
-            _event(
-                conn,
-                claim.task_id,
-                at=params["now"],
-                state=TaskState.CANCELLED,
-                attempt=row.attempts,
-                detail="cancellation acknowledged",
+            return _acknowledge(conn, claim, to_db_time(now)) is not None
+
+    def record_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        *,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> tuple[list[OutcomeResult], list[Claim]]:
+        """Group commit: every outcome, then a claim into the freed slots, in one transaction.
+
+        Each outcome with effects or children runs under a savepoint, so one
+        that raises is undone alone and comes back as its exception.
+        """
+        stamp = to_db_time(now)
+        with self._write("recording outcomes and claiming") as conn:
+            results = [self._apply(conn, outcome, stamp, now) for outcome in outcomes]
+            claims = (
+                _claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
+                if limit > 0
+                else []
             )
-        return True
+        return results, claims
+
+    def _apply(
+        self, conn: Connection, outcome: Outcome, stamp: str, now: datetime
+    ) -> OutcomeResult:
+        if outcome.error is not None:
+            return _fail(conn, outcome, stamp)
+        if outcome.cancelled:
+            try:
+                return _acknowledge(conn, outcome.claim, stamp)
+            except InvalidTransitionError as e:
+                return e
+        if not (outcome.effects or outcome.children):
+            return self._complete(conn, outcome, stamp, now)
+        savepoint = conn.begin_nested()
+        try:
+            state = self._complete(conn, outcome, stamp, now)
+        except Exception as e:  # an effect raised: undo this outcome alone
+            savepoint.rollback()
+            return e
+        savepoint.commit()
+        return state
+
+    def _complete(
+        self, conn: Connection, outcome: Outcome, stamp: str, now: datetime
+    ) -> TaskState | None:
+        claim = outcome.claim
+        result_json = _dump(outcome.result)
+        row = conn.execute(
+            SQL_COMPLETE, {**_claim_params(claim, stamp), "result": result_json}
+        ).first()
+        if row is None:
+            return None
+        conn.execute(
+            SQL_RECORD_KEY,
+            {
+                "key": effective_key(claim.task_id, row.idempotency_key),
+                "task_id": claim.task_id,
+                "now": stamp,
+                "result": result_json,
+            },
+        )
+        if outcome.children:
+            self._insert(conn, outcome.children, now)
+        for effect in outcome.effects:
+            effect(conn)
+        _event(
+            conn,
+            claim.task_id,
+            at=stamp,
+            state=TaskState.SUCCEEDED,
+            attempt=row.attempts,
+            detail=None,
+        )
+        return TaskState.SUCCEEDED
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0
         with self._write("giving back unfinished tasks") as conn:
             for claim in claims:
-                params = _claim_params(claim, now)
+                params = _claim_params(claim, to_db_time(now))
                 row = conn.execute(SQL_RELEASE, params).first()
                 if row is None:
                     continue
@@ -912,6 +893,103 @@ class SQLiteStore:
         ]
 
 
+def _claim(
+    conn: Connection,
+    *,
+    owner: str,
+    limit: int,
+    now: datetime,
+    lease: timedelta,
+    names: Collection[str] | None,
+) -> list[Claim]:
+    stamp = to_db_time(now)
+    params: dict[str, Any] = {
+        "owner": owner,
+        "lease_expires_at": to_db_time(now + lease),
+        "now": stamp,
+        "limit": limit,
+    }
+    sql = SQL_CLAIM
+    if names is not None:
+        sql = SQL_CLAIM_NAMED
+        params["names"] = sorted(names)
+    rows = conn.execute(sql, params).all()
+    if rows:
+        conn.execute(
+            SQL_INSERT_EVENT,
+            [
+                {
+                    "task_id": r.id,
+                    "at": stamp,
+                    "state": "RUNNING",
+                    "attempt": r.attempts,
+                    "detail": f"claimed by {owner}",
+                }
+                for r in rows
+            ],
+        )
+    claims = [
+        Claim(
+            task_id=r.id,
+            name=r.name,
+            args=json.loads(r.args),
+            attempt=r.attempts,
+            max_attempts=r.max_attempts,
+            owner=owner,
+            fence=r.fence,
+            lease_expires_at=now + lease,
+            due_at=from_db_time(r.due_at),
+            seq=r.seq,
+            idempotency_key=effective_key(r.id, r.idempotency_key),
+        )
+        for r in rows
+    ]
+    claims.sort(key=lambda c: (c.due_at, c.seq))
+    return claims
+
+
+def _fail(conn: Connection, outcome: Outcome, stamp: str) -> TaskState | None:
+    assert outcome.error is not None
+    params = {
+        **_claim_params(outcome.claim, stamp),
+        "retry_at": None if outcome.retry_at is None else to_db_time(outcome.retry_at),
+        "error": _error_json(outcome.error),
+    }
+    row = conn.execute(SQL_FAIL, params).first()
+    if row is None:
+        return None
+    state = TaskState(row.state)
+    _event(
+        conn,
+        outcome.claim.task_id,
+        at=stamp,
+        state=state,
+        attempt=row.attempts,
+        detail=outcome.error.message,
+    )
+    return state
+
+
+def _acknowledge(conn: Connection, claim: Claim, stamp: str) -> TaskState | None:
+    params = _claim_params(claim, stamp)
+    row = conn.execute(SQL_ACK_CANCEL, params).first()
+    if row is None:
+        if conn.execute(SQL_IS_VALID, params).first() is not None:
+            raise InvalidTransitionError(
+                f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
+            )
+        return None
+    _event(
+        conn,
+        claim.task_id,
+        at=stamp,
+        state=TaskState.CANCELLED,
+        attempt=row.attempts,
+        detail="cancellation acknowledged",
+    )
+    return TaskState.CANCELLED
+
+
 def _event(
     conn: Connection, task_id: int, *, at: str, state: TaskState, attempt: int, detail: str | None
 ) -> None:
@@ -922,8 +1000,8 @@ def _event(
     )
 
 
-def _claim_params(claim: Claim, now: datetime) -> dict[str, Any]:
-    return {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": to_db_time(now)}
+def _claim_params(claim: Claim, stamp: str) -> dict[str, Any]:
+    return {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": stamp}
 
 
 def _record(row: Row[Any]) -> TaskRecord:

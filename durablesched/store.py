@@ -22,6 +22,8 @@ from .records import (
     ErrorInfo,
     LeaseStatus,
     NewTask,
+    Outcome,
+    OutcomeResult,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -124,6 +126,26 @@ class Store(Protocol):
         FAILED when ``retry_at`` is None or cancellation was requested (a
         requested cancellation is never retried). Returns the new state, or
         None if the claim is not valid.
+        """
+        ...
+
+    def record_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        *,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> tuple[list[OutcomeResult], list[Claim]]:
+        """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
+
+        Each outcome is recorded exactly as :meth:`complete`, :meth:`fail` or
+        :meth:`acknowledge_cancel` would, and answers with the task's new state,
+        None if its claim was no longer valid, or the exception its effects
+        (or a cancellation nobody requested) raised, in which case nothing of
+        that outcome was written. The claim is :meth:`claim`'s.
         """
         ...
 

@@ -17,13 +17,13 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from .context import TaskContext
-from .errors import ConfigurationError, InvalidTransitionError, TaskCancelled
-from .records import Claim, ErrorInfo
+from .errors import ConfigurationError, DurableSchedError, TaskCancelled
+from .records import Claim, ErrorInfo, Outcome
 from .registry import TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
@@ -37,6 +37,7 @@ log = logging.getLogger("durablesched.worker")
 class _Running:
     claim: Claim
     context: TaskContext
+    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -87,6 +88,11 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        #: Outcomes waiting for the next group commit, with their tasks.
+        self._pending: list[tuple[_Running, Outcome]] = []
+        self._flush_lock = threading.Lock()
+        #: True while run() loops: then a group commit also claims into freed slots.
+        self._looping = False
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -95,6 +101,7 @@ class Worker:
 
         Claimed tasks start on the worker's threads; this call does not wait for them.
         """
+        self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
         self.heartbeat(now, force=False)
         self.reclaim(now)
@@ -184,6 +191,7 @@ class Worker:
             self._pool = ThreadPoolExecutor(
                 self.concurrency, thread_name_prefix="durablesched-task"
             )
+        self._looping = True
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
@@ -197,6 +205,7 @@ class Worker:
                     return
                 self._wait(self._next_wake_time(), watcher, stop_event)
         finally:
+            self._looping = False
             unsubscribe()
             if watcher is not None:
                 watcher.close()
@@ -221,6 +230,8 @@ class Worker:
                 break
             self.wait_idle(min(remaining, self.heartbeat_interval.total_seconds()))
             self.heartbeat(force=False)
+            self._drain()
+        self._drain()
         with self._lock:
             unfinished = [r.claim for r in self._active.values()]
         released = 0
@@ -344,25 +355,21 @@ class Worker:
         self._pool.submit(self._execute, running)
 
     def _execute(self, running: _Running) -> None:
-        claim, ctx = running.claim, running.context
-        started = time.monotonic()
+        """On a task thread: run user code (no lock held), then hand the outcome over."""
+        claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         try:
-            self._run_and_record(claim, ctx, started)
-        except Exception:
-            # The store itself failed: the lease will expire and the task be reclaimed.
-            log.exception("could not record the outcome of task %s", claim.task_id)
-        finally:
-            with self._changed:
-                self._active.pop(claim.task_id, None)
-                if not self._active and self._unsubscribe is not None:
-                    self._unsubscribe()
-                    self._unsubscribe = None
-                self._changed.notify_all()
-            self._wakeup.set()
+            outcome = self._run(claim, running.context)
+        except BaseException:
+            # Not the task's own failure (that is an Outcome): let the lease lapse.
+            log.exception("task %s could not be run", claim.task_id)
+            self._forget([running])
+            raise
+        with self._lock:
+            self._pending.append((running, outcome))
+        self._drain()
 
-    def _run_and_record(self, claim: Claim, ctx: TaskContext, started: float) -> None:
-        store = self.scheduler.store
+    def _run(self, claim: Claim, ctx: TaskContext) -> Outcome:
         try:
             definition = self.registry.get(claim.name)
             if definition.pass_context:
@@ -372,90 +379,142 @@ class Worker:
             result = canonical_json(value, f"the result of task {claim.name!r}")
         except TaskCancelled as exc:
             if ctx.cancel_requested:
-                self._acknowledge(claim, started)
+                return Outcome(claim, cancelled=True)
+            return self._failure(claim, exc)
+        except Exception as exc:
+            return self._failure(claim, exc)
+        return Outcome(
+            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
+        )
+
+    def _failure(self, claim: Claim, exc: BaseException) -> Outcome:
+        now = self.scheduler.clock.now()
+        retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
+        return Outcome(claim, error=ErrorInfo.from_exception(exc), retry_at=retry_at)
+
+    def _drain(self) -> None:
+        """Group commit: whichever thread gets here first records everything pending.
+
+        Others just leave their outcome in the list and go; the leader loops
+        until the list is empty, so every outcome waiting while one transaction
+        commits shares the next one.
+        """
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+            if not self._flush_lock.acquire(blocking=False):
+                return  # the leader will see what we left
+            try:
+                with self._lock:
+                    batch, self._pending = self._pending, []
+                recorded = self._flush(batch) if batch else True
+            finally:
+                self._flush_lock.release()
+            if not recorded:
                 return
-            self._fail(claim, exc, started)
-            return
-        except Exception as exc:
-            self._fail(claim, exc, started)
-            return
+
+    def _flush(self, batch: list[tuple[_Running, Outcome]]) -> bool:
+        """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
+        limit = 0
+        if self._looping and not self._stopping.is_set():
+            with self._lock:
+                limit = self.concurrency - (len(self._active) - len(batch))
         try:
-            ok = store.complete(
-                claim,
-                result,
+            results, claims = self.scheduler.store.record_and_claim(
+                [outcome for _, outcome in batch],
                 self.scheduler.clock.now(),
-                children=ctx.children,
-                effects=ctx.effects,
+                owner=self.owner,
+                limit=limit,
+                lease=self.lease,
+                names=self.registry.names,
             )
-        except Exception as exc:
-            # An effect raised (or could not run): nothing of the success was kept.
-            self._fail(claim, exc, started)
-            return
-        if ok:
+        except DurableSchedError as e:
+            # Kept to retry on the next pass; the leases stay renewed meanwhile.
+            log.error("could not record %s outcome(s), will retry: %s", len(batch), e)
+            with self._lock:
+                self._pending[:0] = batch
+            return False
+        finished: list[_Running] = []
+        again: list[tuple[_Running, Outcome]] = []
+        for (running, outcome), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                # Its effects raised (or it acknowledged an unrequested cancellation):
+                # nothing of it was written; record the attempt as failed instead.
+                again.append((running, self._failure(running.claim, result)))
+                continue
+            self._log_outcome(running, outcome, result)
+            finished.append(running)
+        if again:
+            with self._lock:
+                self._pending.extend(again)
+        self._forget(finished)
+        for claim in claims:
+            self._launch(claim)
+        return True
+
+    def _forget(self, done: list[_Running]) -> None:
+        with self._changed:
+            for running in done:
+                self._active.pop(running.claim.task_id, None)
+            if not self._active and self._unsubscribe is not None:
+                self._unsubscribe()
+                self._unsubscribe = None
+            self._changed.notify_all()
+        self._wakeup.set()
+
+    def _log_outcome(self, running: _Running, outcome: Outcome, state: TaskState | None) -> None:
+        claim = running.claim
+        elapsed = time.monotonic() - running.started
+        what = (
+            "failure"
+            if outcome.error
+            else "cancel acknowledgement"
+            if outcome.cancelled
+            else "success"
+        )
+        if state is None:
+            log.warning(
+                "lease lost: the %s of task %s (%s) attempt %s was discarded",
+                what,
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+            )
+        elif state is TaskState.SUCCEEDED:
             log.info(
                 "success: task %s (%s) attempt %s in %.3fs",
                 claim.task_id,
                 claim.name,
                 claim.attempt,
-                time.monotonic() - started,
+                elapsed,
             )
-        else:
-            self._discarded(claim, "success")
-
-    def _acknowledge(self, claim: Claim, started: float) -> None:
-        try:
-            ok = self.scheduler.store.acknowledge_cancel(claim, self.scheduler.clock.now())
-        except InvalidTransitionError as exc:
-            self._fail(claim, exc, started)
-            return
-        if ok:
+        elif state is TaskState.CANCELLED:
             log.info(
                 "cancel: task %s (%s) attempt %s acknowledged in %.3fs",
                 claim.task_id,
                 claim.name,
                 claim.attempt,
-                time.monotonic() - started,
+                elapsed,
             )
         else:
-            self._discarded(claim, "cancel acknowledgement")
-
-    def _fail(self, claim: Claim, exc: BaseException, started: float) -> None:
-        now = self.scheduler.clock.now()
-        retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
-        state = self.scheduler.store.fail(claim, ErrorInfo.from_exception(exc), retry_at, now)
-        elapsed = time.monotonic() - started
-        if state is None:
-            self._discarded(claim, "failure")
-        elif state is TaskState.RETRY_WAIT:
-            log.warning(
-                "retry: task %s (%s) attempt %s failed in %.3fs (%s: %s); next at %s",
+            error = outcome.error
+            assert error is not None
+            retry = state is TaskState.RETRY_WAIT and outcome.retry_at is not None
+            log.log(
+                logging.WARNING if retry else logging.ERROR,
+                "%s: task %s (%s) attempt %s failed in %.3fs (%s: %s)%s",
+                "retry" if retry else "failure",
                 claim.task_id,
                 claim.name,
                 claim.attempt,
                 elapsed,
-                type(exc).__name__,
-                exc,
-                retry_at.isoformat() if retry_at else "-",
+                error.type.rsplit(".", 1)[-1],
+                error.message,
+                f"; next at {outcome.retry_at.isoformat()}"
+                if retry and outcome.retry_at
+                else "; no retry",
             )
-        else:
-            log.error(
-                "failure: task %s (%s) attempt %s failed in %.3fs (%s: %s); no retry",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-                elapsed,
-                type(exc).__name__,
-                exc,
-            )
-
-    def _discarded(self, claim: Claim, what: str) -> None:
-        log.warning(
-            "lease lost: the %s of task %s (%s) attempt %s was discarded",
-            what,
-            claim.task_id,
-            claim.name,
-            claim.attempt,
-        )
 
     def _retry_delay(self, name: str, attempt: int) -> timedelta:
         return self.registry.retry_policy(name).delay(attempt, self._rng)

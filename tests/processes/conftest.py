@@ -71,6 +71,11 @@ class Workers:
         self.procs.append(proc)
         return proc
 
+    def wait_started(self, proc: subprocess.Popen[bytes]) -> None:
+        """Until the worker logs its start line (its signal handlers are in place by then)."""
+        index = self.procs.index(proc)
+        wait_for(lambda: "worker " in self.log(index), f"worker {index} to start")
+
     def log(self, index: int) -> str:
         return (self.out / f"worker-{index}.log").read_text()
 

@@ -54,6 +54,7 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
         wait_for(lambda pause=pause: time.monotonic() >= pause, "the next kill")  # type: ignore[misc]
     wall = time.monotonic() - started
     for proc in live:
+        workers.wait_started(proc)
         proc.send_signal(signal.SIGTERM)
     for proc in live:
         assert proc.wait(30) == 0

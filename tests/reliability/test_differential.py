@@ -30,7 +30,7 @@ from durablesched import (
     TaskNotFoundError,
     TaskState,
 )
-from durablesched.records import Claim, NewTask
+from durablesched.records import Claim, NewTask, Outcome
 from durablesched.states import OPERATOR_TRANSITIONS, TRANSITIONS
 
 from ..conftest import T0
@@ -53,6 +53,11 @@ def _fresh_db() -> Path:
 
 def retry_delay(name: str, attempt: int) -> timedelta:
     return timedelta(seconds=3 * attempt)
+
+
+def _same(result: Any) -> Any:
+    """Results compare by value; exceptions by type."""
+    return type(result) if isinstance(result, Exception) else result
 
 
 def outcome(call: Any) -> Any:
@@ -170,6 +175,31 @@ class StoresAgree(RuleBasedStateMachine):
     def give_back(self, data: st.DataObject) -> None:
         claim = data.draw(st.sampled_from(self.held))
         self.both("release", [claim], self.clock.now())
+
+    @rule(data=st.data(), owner=st.sampled_from(["w1", "w2"]), limit=st.integers(0, 3))
+    def group_commit(self, data: st.DataObject, owner: str, limit: int) -> None:
+        """A worker's flush: several outcomes and a claim in one step."""
+        now = self.clock.now()
+        picked = data.draw(st.lists(st.sampled_from(self.held), max_size=3)) if self.held else []
+        outcomes = []
+        for claim in picked:
+            kind = data.draw(st.sampled_from(["ok", "fail", "retry", "cancel"]))
+            outcomes.append(
+                Outcome(
+                    claim,
+                    result={"r": claim.task_id} if kind == "ok" else None,
+                    error=ErrorInfo("builtins.RuntimeError", "flush", "")
+                    if kind in ("fail", "retry")
+                    else None,
+                    retry_at=now + timedelta(seconds=2) if kind == "retry" else None,
+                    cancelled=kind == "cancel",
+                )
+            )
+        a = self.memory.record_and_claim(outcomes, now, owner=owner, limit=limit, lease=LEASE)
+        b = self.sql.record_and_claim(outcomes, now, owner=owner, limit=limit, lease=LEASE)
+        assert [_same(r) for r in a[0]] == [_same(r) for r in b[0]]
+        assert a[1] == b[1]
+        self.held.extend(a[1])
 
     @rule()
     def abandon(self) -> None:
