@@ -118,6 +118,18 @@ SQL_COMPLETE = text(
     "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
     f"WHERE {VALID} RETURNING attempts, idempotency_key"
 )
+#: Successes without effects or children, many in one statement. ``:batch`` maps
+#: each task id to its claim's owner, fence and result (JSON text).
+_BATCH_ITEM = "json_extract(:batch, '$.\"' || id || '\".{field}')"
+SQL_COMPLETE_MANY = text(
+    "UPDATE tasks SET state = 'SUCCEEDED', "
+    f"result = {_BATCH_ITEM.format(field='r')}, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:batch)) AND state = 'RUNNING' "
+    f"AND lease_owner = {_BATCH_ITEM.format(field='o')} "
+    f"AND fence = {_BATCH_ITEM.format(field='f')} AND lease_expires_at > :now "
+    "RETURNING id, attempts, idempotency_key, result"
+)
 SQL_RECORD_KEY = text(
     "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
     "VALUES (:key, :task_id, :now, :result)"
@@ -591,13 +603,39 @@ class SQLiteStore:
         """
         stamp = to_db_time(now)
         with self._write("recording outcomes and claiming") as conn:
-            results = [self._apply(conn, outcome, stamp, now) for outcome in outcomes]
+            results = self._record_outcomes(conn, outcomes, stamp, now)
             claims = (
                 _claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
                 if limit > 0
                 else []
             )
         return results, claims
+
+    def _record_outcomes(
+        self, conn: Connection, outcomes: Sequence[Outcome], stamp: str, now: datetime
+    ) -> list[OutcomeResult]:
+        """Outcomes in order; consecutive plain successes of distinct tasks share statements."""
+        results: list[OutcomeResult] = [None] * len(outcomes)
+        group: dict[int, int] = {}  # task id -> index, for the current run of plain successes
+
+        def flush() -> None:
+            indexes = list(group.values())
+            for task_id, state in _complete_many(conn, [outcomes[i] for i in indexes], stamp):
+                results[group[task_id]] = state
+            group.clear()
+
+        for index, outcome in enumerate(outcomes):
+            plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
+            if plain and outcome.claim.task_id not in group:
+                group[outcome.claim.task_id] = index
+                continue
+            flush()
+            if plain:
+                group[outcome.claim.task_id] = index
+            else:
+                results[index] = self._apply(conn, outcome, stamp, now)
+        flush()
+        return results
 
     def _apply(
         self, conn: Connection, outcome: Outcome, stamp: str, now: datetime
@@ -946,6 +984,50 @@ def _claim(
     ]
     claims.sort(key=lambda c: (c.due_at, c.seq))
     return claims
+
+
+def _complete_many(
+    conn: Connection, outcomes: list[Outcome], stamp: str
+) -> list[tuple[int, TaskState | None]]:
+    """Plain successes of distinct tasks in three statements in all: (task id, new state)."""
+    if not outcomes:
+        return []
+    batch = {
+        str(o.claim.task_id): {"o": o.claim.owner, "f": o.claim.fence, "r": _dump(o.result)}
+        for o in outcomes
+    }
+    rows = {r.id: r for r in conn.execute(SQL_COMPLETE_MANY, {"batch": _dump(batch), "now": stamp})}
+    done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
+    if done:
+        conn.execute(
+            SQL_RECORD_KEY,
+            [
+                {
+                    "key": effective_key(r.id, r.idempotency_key),
+                    "task_id": r.id,
+                    "now": stamp,
+                    "result": r.result,
+                }
+                for r in done
+            ],
+        )
+        conn.execute(
+            SQL_INSERT_EVENT,
+            [
+                {
+                    "task_id": r.id,
+                    "at": stamp,
+                    "state": "SUCCEEDED",
+                    "attempt": r.attempts,
+                    "detail": None,
+                }
+                for r in done
+            ],
+        )
+    return [
+        (o.claim.task_id, TaskState.SUCCEEDED if o.claim.task_id in rows else None)
+        for o in outcomes
+    ]
 
 
 def _fail(conn: Connection, outcome: Outcome, stamp: str) -> TaskState | None:
