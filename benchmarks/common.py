@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,32 +34,29 @@ def fresh(path: Path) -> Path:
     return path
 
 
-@dataclass
 class Child:
-    proc: subprocess.Popen[bytes]
+    """A worker process started through benchmarks.launch, which reports its rusage."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        assert proc.stdout is not None
+        self.pid = int(json.loads(proc.stdout.readline())["pid"])
 
     def wait_rusage(self, timeout: float = 600) -> tuple[int, float, int]:
-        """(exit status, cpu seconds, peak RSS in KiB) of the finished child."""
-        end = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
-            if pid:
-                self.proc.returncode = os.waitstatus_to_exitcode(status)
-                return self.proc.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-            if time.monotonic() > end:
-                self.proc.kill()
-                raise TimeoutError("benchmark child did not finish")
-            time.sleep(0.01)
+        """(exit status, cpu seconds, peak RSS in KiB) of the finished worker."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        report = json.loads(out.strip().splitlines()[-1])
+        return int(report["status"]), float(report["cpu"]), int(report["maxrss_kib"])
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(ChildProcessError):
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
             self.wait_rusage(30)
 
 
@@ -68,6 +64,9 @@ def worker(db: Path, *args: str, durability: str = "full") -> Child:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(  # noqa: S603 - our own command
         [
+            sys.executable,
+            "-m",
+            "benchmarks.launch",
             sys.executable,
             "-m",
             "durablesched",
@@ -82,7 +81,8 @@ def worker(db: Path, *args: str, durability: str = "full") -> Child:
         ],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     return Child(proc)

@@ -7,6 +7,7 @@ the contract suite runs against it and the SQLite backend alike.
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -348,7 +349,8 @@ class MemoryStore:
             id=task_id,
             seq=task_id,
             name=new.name,
-            args=new.args,
+            # As it would read back from a database: tuples become lists, and so on.
+            args=json.loads(new.args_json) if new.args_json is not None else new.args,
             state=TaskState.PENDING,
             due_at=new.due_at,
             attempts=0,

@@ -41,6 +41,9 @@ class NewTask:
     due_at: datetime
     max_attempts: int
     idempotency_key: str | None = None
+    #: ``args`` as JSON text, when the submitter already serialised it (stores
+    #: then read this instead of serialising again).
+    args_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

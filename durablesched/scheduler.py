@@ -15,7 +15,7 @@ from .records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from .registry import TaskRegistry
 from .states import TaskState
 from .store import Store
-from .submission import build_task
+from .submission import build_many, build_task
 
 
 class Scheduler:
@@ -80,19 +80,15 @@ class Scheduler:
         max_attempts: int | None = None,
     ) -> list[int]:
         """Store many tasks of one name in one transaction; ids in the same order."""
-        now = self.clock.now()
-        tasks = [
-            build_task(
-                name,
-                args,
-                now=now,
-                at=at,
-                delay=delay,
-                max_attempts=max_attempts,
-                registry=self.registry,
-            )
-            for args in args_list
-        ]
+        tasks = build_many(
+            name,
+            args_list,
+            now=self.clock.now(),
+            at=at,
+            delay=delay,
+            max_attempts=max_attempts,
+            registry=self.registry,
+        )
         return self._store(tasks)
 
     def get(self, task_id: int) -> TaskRecord:

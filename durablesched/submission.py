@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .errors import InvalidTaskError, UnknownTaskNameError
-from .records import JSONArgs, NewTask
+from .records import NewTask
 from .registry import TaskRegistry
 
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 200
 
 
+#: One strict encoder (no NaN, no infinities), made once: bulk submits call it per task.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
 def to_json(value: Any, what: str) -> str:
     """Serialise ``value`` strictly (no NaN, no infinities), naming ``what`` on failure."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskError(f"{what} must be JSON-serialisable: {exc}") from None
 
@@ -49,7 +53,8 @@ def build_task(
         raise InvalidTaskError(f"task name {name!r} contains control characters")
     if registry is not None and name not in registry:
         raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
-    task_args: JSONArgs = canonical_json(_check_args(args), f"arguments of task {name!r}")
+    checked = _check_args(args)
+    args_json = to_json(checked, f"arguments of task {name!r}")
     due_at = _due_at(now, at, delay)
     if max_attempts is None:
         max_attempts = registry.retry_policy(name).max_attempts if registry else 5
@@ -61,7 +66,41 @@ def build_task(
         raise InvalidTaskError(
             f"idempotency key must be a non-empty string of at most {MAX_KEY_LENGTH} characters"
         )
-    return NewTask(name, task_args, due_at, max_attempts, key)
+    return NewTask(name, checked, due_at, max_attempts, key, args_json)
+
+
+def build_many(
+    name: str,
+    args_list: Iterable[Mapping[str, Any] | None],
+    *,
+    now: datetime,
+    at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    max_attempts: int | None = None,
+    registry: TaskRegistry | None = None,
+) -> list[NewTask]:
+    """Validate many submissions of one name: the shared options once, each task's arguments."""
+    tasks: list[NewTask] = []
+    first: NewTask | None = None
+    what = f"arguments of task {name!r}"
+    for args in args_list:
+        if first is None:
+            first = build_task(
+                name,
+                args,
+                now=now,
+                at=at,
+                delay=delay,
+                max_attempts=max_attempts,
+                registry=registry,
+            )
+            tasks.append(first)
+            continue
+        checked = _check_args(args)
+        tasks.append(
+            NewTask(name, checked, first.due_at, first.max_attempts, None, to_json(checked, what))
+        )
+    return tasks
 
 
 def _check_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
