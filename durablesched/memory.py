@@ -331,7 +331,7 @@ class MemoryStore:
             leases.append(due)
         return min(leases, default=None)
 
-    def watch_changes(self) -> None:
+    def watch_changes(self, poll_interval: float = 0.01) -> None:
         """No other process can write here: in-process notifications are enough."""
         return None
 

@@ -12,7 +12,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,11 +24,13 @@ from sqlalchemy.sql.elements import BindParameter
 
 from .errors import (
     ConfigurationError,
+    DurableSchedError,
     InvalidTransitionError,
     SchemaError,
     StoreError,
     TaskNotFoundError,
 )
+from .inotify import watch_directory
 from .migrate import check_schema
 from .records import (
     CancelOutcome,
@@ -877,8 +879,8 @@ class SQLiteStore:
             if deleted < batch:
                 return total
 
-    def watch_changes(self) -> DataVersionWatcher:
-        return DataVersionWatcher(self.engine)
+    def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
+        return DataVersionWatcher(self.engine, poll_interval)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -1114,18 +1116,22 @@ def _record(row: Row[Any]) -> TaskRecord:
 
 
 class DataVersionWatcher:
-    """Polls ``PRAGMA data_version`` on a connection of its own.
+    """Notices commits by other connections, on a thread of its own.
 
-    The value changes when any other connection commits; reading it touches
-    no table, so an idle worker can look often at almost no cost.
+    It reads ``PRAGMA data_version`` (which changes when any other connection
+    commits, and touches no table) whenever inotify reports a write to the
+    database's files, or every ``poll_interval`` seconds where inotify is not
+    available. It also checks once a second that the file is still the one
+    opened: a file deleted or replaced under us would otherwise go on working,
+    silently, on the old inode.
     """
 
-    #: How often (seconds) the watcher also checks the file is still the one opened.
+    #: How often (seconds) the watcher checks the file is still the one opened.
     FILE_CHECK_INTERVAL = 1.0
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, poll_interval: float) -> None:
         self._conn = engine.raw_connection()
-        self._lock = threading.Lock()
+        self._poll_interval = poll_interval
         self._last = self._read()
         database = engine.url.database
         self._path = (
@@ -1135,6 +1141,37 @@ class DataVersionWatcher:
         )
         self._identity = self._file_identity()
         self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
+        self._inotify = (
+            watch_directory(self._path.parent, self._path.name) if self._path is not None else None
+        )
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def uses_inotify(self) -> bool:
+        return self._inotify is not None
+
+    def start(self, on_change: Callable[[Exception | None], None]) -> None:
+        """Call ``on_change(None)`` after each commit seen, ``on_change(error)`` once on failure."""
+        self._thread = threading.Thread(
+            target=self._watch, args=(on_change,), name="durablesched-watch", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self, on_change: Callable[[Exception | None], None]) -> None:
+        while not self._closed.is_set():
+            if self._inotify is not None:
+                self._inotify.wait(self.FILE_CHECK_INTERVAL)
+            else:
+                self._closed.wait(self._poll_interval)
+            if self._closed.is_set():
+                return
+            try:
+                if self.changed():
+                    on_change(None)
+            except DurableSchedError as e:
+                on_change(e)
+                return
 
     def _file_identity(self) -> tuple[int, int] | None:
         if self._path is None:
@@ -1146,8 +1183,6 @@ class DataVersionWatcher:
         return (st.st_dev, st.st_ino)
 
     def _check_file(self) -> None:
-        """A file deleted or replaced under us would go on working, silently, on the
-        old inode: refuse instead, so that a worker exits rather than spins."""
         if self._path is None or time.monotonic() < self._next_file_check:
             return
         self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
@@ -1165,12 +1200,19 @@ class DataVersionWatcher:
         return int(row[0])
 
     def changed(self) -> bool:
-        with self._lock, _translated("watching for changes"):
+        """True if another connection committed since the last call."""
+        with _translated("watching for changes"):
             self._check_file()
             current = self._read()
             seen, self._last = self._last != current, current
             return seen
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._closed.set()
+        if self._inotify is not None:
+            self._inotify.interrupt()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.FILE_CHECK_INTERVAL + 1)
+        if self._inotify is not None:
+            self._inotify.close()
+        self._conn.close()

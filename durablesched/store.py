@@ -38,9 +38,11 @@ RetryDelay = Callable[[str, int], timedelta]
 
 
 class ChangeWatcher(Protocol):
-    """Tells cheaply whether another connection committed since the last look."""
+    """Notices, on a thread of its own, that another connection committed."""
 
-    def changed(self) -> bool: ...
+    def start(self, on_change: Callable[[Exception | None], None]) -> None:
+        """Call ``on_change(None)`` after commits seen; ``on_change(error)`` once if it fails."""
+        ...
 
     def close(self) -> None: ...
 
@@ -186,8 +188,10 @@ class Store(Protocol):
         """The earliest time after ``now`` when a claim or a reclaim could succeed."""
         ...
 
-    def watch_changes(self) -> ChangeWatcher | None:
+    def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:
         """A watcher for commits by other processes, or None if there can be none.
+
+        ``poll_interval`` is how often it looks where it cannot be told.
 
         Workers use it to pick up tasks submitted elsewhere without reading the
         tasks table in a loop. Each caller gets its own watcher.

@@ -27,7 +27,6 @@ from .records import Claim, ErrorInfo, Outcome
 from .registry import TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
-from .store import ChangeWatcher
 from .submission import canonical_json
 
 log = logging.getLogger("durablesched.worker")
@@ -81,7 +80,8 @@ class Worker:
             raise ConfigurationError("heartbeat_interval must be shorter than the lease")
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._rng = rng or random.Random()
-        #: How often an idle worker looks for commits by other processes (seconds).
+        #: How often an idle worker looks for commits by other processes (seconds),
+        #: where inotify cannot tell it at once.
         self.poll_interval = poll_interval
         #: How long a finished task's outcome may wait for others still running here,
         #: to share their commit (seconds). Trades a little latency for throughput.
@@ -100,6 +100,8 @@ class Worker:
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self._looping = False
+        #: Set by the change watcher if it failed (say, the database file was removed).
+        self._watch_error: Exception | None = None
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -193,7 +195,10 @@ class Worker:
         """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
-        watcher = self.scheduler.store.watch_changes()
+        watcher = self.scheduler.store.watch_changes(self.poll_interval)
+        self._watch_error = None
+        if watcher is not None:
+            watcher.start(self._on_change)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 self.concurrency, thread_name_prefix="durablesched-task"
@@ -210,7 +215,9 @@ class Worker:
                     and not self._running_anywhere()
                 ):
                     return
-                self._wait(self._next_wake_time(), watcher, stop_event)
+                self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
+                if self._watch_error is not None:
+                    raise self._watch_error
         finally:
             self._looping = False
             unsubscribe()
@@ -251,21 +258,11 @@ class Worker:
             self._pool = None
         return released
 
-    def _wait(
-        self, until: datetime | None, watcher: ChangeWatcher | None, stop: threading.Event
-    ) -> None:
-        """Sleep until woken here, the clock reaches ``until``, or another process commits."""
-        clock = self.scheduler.clock
-        if watcher is None:
-            clock.wait(self._wakeup, until)
-            return
-        while not stop.is_set() and not self._stopping.is_set():
-            if clock.wait(self._wakeup, until, self.poll_interval):
-                return
-            if until is not None and clock.now() >= until:
-                return
-            if watcher.changed():
-                return
+    def _on_change(self, error: Exception | None) -> None:
+        """From the change watcher's thread: another process committed (or it failed)."""
+        if error is not None:
+            self._watch_error = error
+        self._wakeup.set()
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread."""

@@ -1,0 +1,79 @@
+"""Linux inotify on one directory: wake at once when a database file is written.
+
+Lets an idle worker sleep in the kernel instead of polling, and still notice
+another process's commit within a millisecond. Where inotify is missing (not
+Linux, no libc, watch limit reached), callers fall back to polling.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import select
+import struct
+import sys
+from pathlib import Path
+
+IN_MODIFY = 0x002
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
+
+
+class DirectoryWatch:
+    """Changes to files in ``directory`` whose names start with ``prefix``."""
+
+    def __init__(self, directory: Path, prefix: str) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        mask = IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_TO
+        if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
+            errno = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(errno, f"inotify_add_watch failed on {directory}")
+        self._fd = fd
+        self._prefix = os.fsencode(prefix)
+        # A pipe to interrupt wait() from another thread when the watch closes.
+        self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True if a matching file changed meanwhile."""
+        ready, _, _ = select.select([self._fd, self._stop_r], [], [], timeout)
+        if self._fd not in ready:
+            return False
+        relevant = False
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return relevant
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                _wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+                relevant = relevant or name.startswith(self._prefix)
+                offset += _EVENT.size + length
+
+    def interrupt(self) -> None:
+        """Make a wait() in another thread return now."""
+        os.write(self._stop_w, b"x")
+
+    def close(self) -> None:
+        for fd in (self._fd, self._stop_r, self._stop_w):
+            os.close(fd)
+
+
+def watch_directory(directory: Path, prefix: str) -> DirectoryWatch | None:
+    """A watch, or None where inotify cannot be had (the caller then polls)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return DirectoryWatch(directory, prefix)
+    except (OSError, AttributeError):
+        return None

@@ -1,0 +1,84 @@
+"""Noticing other processes' commits: inotify where there is one, polling otherwise."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from durablesched import SQLiteStore, StoreError
+from durablesched import sqlite as sqlite_module
+from durablesched.inotify import DirectoryWatch, watch_directory
+from durablesched.records import NewTask
+
+from ..conftest import T0, WAIT
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+
+
+@linux
+def test_directory_watch_reports_matching_files_only(tmp_path: Path) -> None:
+    watch = watch_directory(tmp_path, "jobs.db")
+    assert isinstance(watch, DirectoryWatch)
+    try:
+        assert watch.wait(0) is False
+        (tmp_path / "other.txt").write_text("x")
+        assert watch.wait(WAIT) is False  # an event, but not ours
+        (tmp_path / "jobs.db-wal").write_text("x")
+        assert watch.wait(WAIT) is True
+        watch.interrupt()
+        assert watch.wait(WAIT) is False  # returns at once, with nothing to report
+    finally:
+        watch.close()
+
+
+@pytest.mark.parametrize("inotify", [True, False])
+def test_watcher_sees_another_connections_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inotify: bool
+) -> None:
+    if not inotify:
+        monkeypatch.setattr(sqlite_module, "watch_directory", lambda *_: None)
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes(poll_interval=0.005)
+    assert watcher.uses_inotify is (inotify and sys.platform.startswith("linux"))
+    seen = threading.Event()
+    errors: list[Exception] = []
+
+    def on_change(error: Exception | None) -> None:
+        if error is not None:
+            errors.append(error)
+        seen.set()
+
+    watcher.start(on_change)
+    try:
+        other = SQLiteStore(tmp_path / "jobs.db")
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        other.close()
+        assert seen.wait(WAIT)
+        assert errors == []
+    finally:
+        watcher.close()
+        store.close()
+
+
+def test_watcher_reports_a_removed_file(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes(poll_interval=0.005)
+    failed = threading.Event()
+    errors: list[Exception] = []
+
+    def on_change(error: Exception | None) -> None:
+        if error is not None:
+            errors.append(error)
+            failed.set()
+
+    watcher.start(on_change)
+    try:
+        (tmp_path / "jobs.db").unlink()
+        assert failed.wait(WAIT)
+        assert isinstance(errors[0], StoreError) and "removed or replaced" in str(errors[0])
+    finally:
+        watcher.close()
+        store.close()
