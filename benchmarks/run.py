@@ -24,6 +24,16 @@ from typing import Any
 from . import ours, peers, raw
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: What each peer lacks, for the table: their figures buy less than ours.
+PEER_NOTES = {
+    "huey (SqliteHuey consumer, its default synchronous FULL = ours)": "leases and reclaim "
+    "(a task is deleted when dequeued: a killed worker loses it), fencing, task history; "
+    "has delayed tasks and retries",
+    "litequeue (its default NORMAL, and FULL)": "delayed tasks, lease expiry and reclaim, "
+    "retries, a consumer of its own (measured as a put/pop/done loop)",
+    "persist-queue SQLiteAckQueue (its default)": "delayed tasks, lease expiry and reclaim, "
+    "retries, a consumer of its own (measured as a put/get/ack loop); pickles its items",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,6 +243,8 @@ def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
     for t in report["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
         lines.append(f"| {t['target']} | {t['value']:.2f} | {t['op']} {t['goal']} | {met} |")
+    lines += ["", "| peer | what it lacks that durablesched has |", "| --- | --- |"]
+    lines += [f"| {peer} | {lacks} |" for peer, lacks in PEER_NOTES.items()]
     table = "\n".join(lines) + "\n"
     (out / f"{stem}.md").write_text(table)
     print()
