@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 
+_EVENT_LOCK = threading.Lock()
+
+
 class TaskContext:
     """Handed to a task registered with ``pass_context=True``.
 
@@ -27,8 +30,11 @@ class TaskContext:
     def __init__(self, claim: Claim, scheduler: Scheduler) -> None:
         self.claim = claim
         self.scheduler = scheduler
-        self._cancel = threading.Event()
-        self._lease_lost = threading.Event()
+        # Plain flags: an Event per task costs more than the no-op tasks it serves;
+        # one is made only for a task that waits on cancellation.
+        self._cancelled = False
+        self._lost = False
+        self._cancel_event: threading.Event | None = None
         self.children: list[NewTask] = []
         self.effects: list[Effect] = []
 
@@ -60,12 +66,12 @@ class TaskContext:
     @property
     def cancel_requested(self) -> bool:
         """True once someone asked this task to stop (or its lease was lost)."""
-        return self._cancel.is_set() or self._lease_lost.is_set()
+        return self._cancelled or self._lost
 
     @property
     def lease_lost(self) -> bool:
         """True once a heartbeat found the claim gone: no outcome of this attempt will count."""
-        return self._lease_lost.is_set()
+        return self._lost
 
     def raise_if_cancelled(self) -> None:
         """Acknowledge a requested cancellation by raising :class:`TaskCancelled`."""
@@ -74,7 +80,12 @@ class TaskContext:
 
     def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Block up to ``timeout`` seconds for a cancellation request; True if one came."""
-        return self._cancel.wait(timeout)
+        with _EVENT_LOCK:
+            if self._cancel_event is None:
+                self._cancel_event = threading.Event()
+                if self._cancelled:
+                    self._cancel_event.set()
+        return self._cancel_event.wait(timeout)
 
     def submit(
         self,
@@ -110,7 +121,10 @@ class TaskContext:
 
     # The worker's side.
     def _request_cancel(self) -> None:
-        self._cancel.set()
+        with _EVENT_LOCK:
+            self._cancelled = True
+            if self._cancel_event is not None:
+                self._cancel_event.set()
 
     def _mark_lease_lost(self) -> None:
-        self._lease_lost.set()
+        self._lost = True

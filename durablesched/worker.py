@@ -92,6 +92,9 @@ class Worker:
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._next_heartbeat: datetime | None = None
+        #: Expired leases are looked for at most this often by run_once().
+        self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
+        self._next_reclaim: datetime | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -113,7 +116,10 @@ class Worker:
         self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
         self.heartbeat(now, force=False)
-        self.reclaim(now)
+        if self._next_reclaim is None or now >= self._next_reclaim:
+            # Not on every pass: a busy worker wakes after each group commit.
+            self.reclaim(now)
+            self._next_reclaim = now + self._reclaim_interval
         if self._stopping.is_set():
             return 0
         free = self.concurrency - self.active_count
@@ -335,6 +341,8 @@ class Worker:
                 times.append(nxt)
         if self.active_count and self._next_heartbeat is not None:
             times.append(self._next_heartbeat)
+        if self._next_reclaim is not None:
+            times.append(self._next_reclaim)
         return min(times, default=None)
 
     def _register(self, claim: Claim) -> _Running:
