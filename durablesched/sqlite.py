@@ -86,6 +86,13 @@ SQL_INSERT_TASK_QMARK = (
     "idempotency_key, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, 'PENDING', ?, 0, ?, 0, ?, ?, ?)"
 )
+#: The bulk inserts of the group commit, straight to the driver's executemany.
+SQL_INSERT_EVENTS_QMARK = (
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES (?, ?, ?, ?, ?)"
+)
+SQL_RECORD_KEYS_QMARK = (
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES (?, ?, ?, ?)"
+)
 SQL_INSERT_EVENT = text(
     "INSERT INTO task_events (task_id, at, state, attempt, detail) "
     "VALUES (:task_id, :at, :state, :attempt, :detail)"
@@ -416,6 +423,8 @@ class SQLiteStore:
         self._reader = self.engine.execution_options(durablesched_read=True)
         self.durability = durability
         self.busy_timeout = busy_timeout
+        #: The opened file's (device, inode): a watcher compares against it later.
+        self._identity = _file_identity(_file_path(self.engine))
         self._busy_lock = threading.Lock()
         #: Transactions that found the database busy and were retried.
         self.busy_retries = 0
@@ -880,7 +889,7 @@ class SQLiteStore:
                 return total
 
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
-        return DataVersionWatcher(self.engine, poll_interval)
+        return DataVersionWatcher(self.engine, poll_interval, self._identity)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -959,18 +968,10 @@ def _claim(
         params["names"] = sorted(names)
     rows = conn.execute(sql, params).all()
     if rows:
-        conn.execute(
-            SQL_INSERT_EVENT,
-            [
-                {
-                    "task_id": r.id,
-                    "at": stamp,
-                    "state": "RUNNING",
-                    "attempt": r.attempts,
-                    "detail": f"claimed by {owner}",
-                }
-                for r in rows
-            ],
+        detail = f"claimed by {owner}"
+        conn.exec_driver_sql(
+            SQL_INSERT_EVENTS_QMARK,
+            [(r.id, stamp, "RUNNING", r.attempts, detail) for r in rows],
         )
     claims = [
         Claim(
@@ -1005,30 +1006,13 @@ def _complete_many(
     rows = {r.id: r for r in conn.execute(SQL_COMPLETE_MANY, {"batch": _dump(batch), "now": stamp})}
     done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
     if done:
-        conn.execute(
-            SQL_RECORD_KEY,
-            [
-                {
-                    "key": effective_key(r.id, r.idempotency_key),
-                    "task_id": r.id,
-                    "now": stamp,
-                    "result": r.result,
-                }
-                for r in done
-            ],
+        conn.exec_driver_sql(
+            SQL_RECORD_KEYS_QMARK,
+            [(effective_key(r.id, r.idempotency_key), r.id, stamp, r.result) for r in done],
         )
-        conn.execute(
-            SQL_INSERT_EVENT,
-            [
-                {
-                    "task_id": r.id,
-                    "at": stamp,
-                    "state": "SUCCEEDED",
-                    "attempt": r.attempts,
-                    "detail": None,
-                }
-                for r in done
-            ],
+        conn.exec_driver_sql(
+            SQL_INSERT_EVENTS_QMARK,
+            [(r.id, stamp, "SUCCEEDED", r.attempts, None) for r in done],
         )
     return [
         (o.claim.task_id, TaskState.SUCCEEDED if o.claim.task_id in rows else None)
@@ -1129,17 +1113,14 @@ class DataVersionWatcher:
     #: How often (seconds) the watcher checks the file is still the one opened.
     FILE_CHECK_INTERVAL = 1.0
 
-    def __init__(self, engine: Engine, poll_interval: float) -> None:
+    def __init__(
+        self, engine: Engine, poll_interval: float, identity: tuple[int, int] | None
+    ) -> None:
         self._conn = engine.raw_connection()
         self._poll_interval = poll_interval
         self._last = self._read()
-        database = engine.url.database
-        self._path = (
-            Path(database)
-            if database and database != ":memory:" and not database.startswith("file:")
-            else None
-        )
-        self._identity = self._file_identity()
+        self._path = _file_path(engine)
+        self._identity = identity
         self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
         self._inotify = (
             watch_directory(self._path.parent, self._path.name) if self._path is not None else None
@@ -1184,20 +1165,11 @@ class DataVersionWatcher:
             elif recheck is not None:
                 recheck = recheck * 2 if recheck < 0.064 else None
 
-    def _file_identity(self) -> tuple[int, int] | None:
-        if self._path is None:
-            return None
-        try:
-            st = self._path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_dev, st.st_ino)
-
     def _check_file(self) -> None:
         if self._path is None or time.monotonic() < self._next_file_check:
             return
         self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
-        if self._file_identity() != self._identity:
+        if _file_identity(self._path) != self._identity:
             raise StoreError(f"the database file {self._path} was removed or replaced while in use")
 
     def _read(self) -> int:
@@ -1227,3 +1199,20 @@ class DataVersionWatcher:
         if self._inotify is not None:
             self._inotify.close()
         self._conn.close()
+
+
+def _file_path(engine: Engine) -> Path | None:
+    database = engine.url.database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        return Path(database)
+    return None
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)

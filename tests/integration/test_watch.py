@@ -82,3 +82,25 @@ def test_watcher_reports_a_removed_file(tmp_path: Path) -> None:
     finally:
         watcher.close()
         store.close()
+
+
+def test_a_file_removed_before_the_watch_starts_is_still_reported(tmp_path: Path) -> None:
+    """The file's identity is taken when the store opens it, not when watching starts."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    (tmp_path / "jobs.db").unlink()
+    watcher = store.watch_changes(poll_interval=0.005)
+    errors: list[Exception] = []
+    failed = threading.Event()
+
+    def on_change(error: Exception | None) -> None:
+        if error is not None:
+            errors.append(error)
+            failed.set()
+
+    watcher.start(on_change)
+    try:
+        assert failed.wait(WAIT)
+        assert "removed or replaced" in str(errors[0])
+    finally:
+        watcher.close()
+        store.close()
