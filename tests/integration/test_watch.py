@@ -15,6 +15,23 @@ from durablesched.records import NewTask
 
 from ..conftest import T0, WAIT
 
+
+class Seen:
+    """What a watcher reported: commits seen, and the error it stopped on."""
+
+    def __init__(self) -> None:
+        self.commit = threading.Event()
+        self.failed = threading.Event()
+        self.errors: list[Exception] = []
+
+    def __call__(self, error: Exception | None) -> None:
+        if error is None:
+            self.commit.set()
+        else:
+            self.errors.append(error)
+            self.failed.set()
+
+
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 
 
@@ -43,21 +60,14 @@ def test_watcher_sees_another_connections_commit(
     store = SQLiteStore(tmp_path / "jobs.db")
     watcher = store.watch_changes(poll_interval=0.005)
     assert watcher.uses_inotify is (inotify and sys.platform.startswith("linux"))
-    seen = threading.Event()
-    errors: list[Exception] = []
-
-    def on_change(error: Exception | None) -> None:
-        if error is not None:
-            errors.append(error)
-        seen.set()
-
-    watcher.start(on_change)
+    seen = Seen()
+    watcher.start(seen)
     try:
         other = SQLiteStore(tmp_path / "jobs.db")
         other.submit([NewTask("t", {}, T0, 1)], T0)
         other.close()
-        assert seen.wait(WAIT)
-        assert errors == []
+        assert seen.commit.wait(WAIT)
+        assert seen.errors == []
     finally:
         watcher.close()
         store.close()
@@ -66,19 +76,13 @@ def test_watcher_sees_another_connections_commit(
 def test_watcher_reports_a_removed_file(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "jobs.db")
     watcher = store.watch_changes(poll_interval=0.005)
-    failed = threading.Event()
-    errors: list[Exception] = []
-
-    def on_change(error: Exception | None) -> None:
-        if error is not None:
-            errors.append(error)
-            failed.set()
-
-    watcher.start(on_change)
+    seen = Seen()
+    watcher.start(seen)
     try:
         (tmp_path / "jobs.db").unlink()
-        assert failed.wait(WAIT)
-        assert isinstance(errors[0], StoreError) and "removed or replaced" in str(errors[0])
+        assert seen.failed.wait(WAIT)
+        assert isinstance(seen.errors[0], StoreError)
+        assert "removed or replaced" in str(seen.errors[0])
     finally:
         watcher.close()
         store.close()
@@ -89,18 +93,11 @@ def test_a_file_removed_before_the_watch_starts_is_still_reported(tmp_path: Path
     store = SQLiteStore(tmp_path / "jobs.db")
     (tmp_path / "jobs.db").unlink()
     watcher = store.watch_changes(poll_interval=0.005)
-    errors: list[Exception] = []
-    failed = threading.Event()
-
-    def on_change(error: Exception | None) -> None:
-        if error is not None:
-            errors.append(error)
-            failed.set()
-
-    watcher.start(on_change)
+    seen = Seen()
+    watcher.start(seen)
     try:
-        assert failed.wait(WAIT)
-        assert "removed or replaced" in str(errors[0])
+        assert seen.failed.wait(WAIT)
+        assert "removed or replaced" in str(seen.errors[0])
     finally:
         watcher.close()
         store.close()

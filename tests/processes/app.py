@@ -44,22 +44,6 @@ def record(ctx: TaskContext, n: int) -> int:
     return n
 
 
-@registry.task("hang_once", pass_context=True)
-def hang_once(ctx: TaskContext) -> dict[str, int]:
-    """Runs its body, then (first attempt only) waits for the test to kill or pause us."""
-    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
-    ctx.submit("record", {"n": -ctx.attempt})
-    _append("bodies", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")
-    if ctx.attempt == 1:
-        release = OUT / "release"
-        waited = threading.Event()
-        for _ in range(3000):  # at most 30 s, bounded
-            if release.exists():
-                break
-            waited.wait(0.01)
-    return {"attempt": ctx.attempt, "pid": os.getpid()}
-
-
 @registry.task("slow")
 def slow(seconds: float) -> str:
     threading.Event().wait(seconds)
@@ -83,7 +67,8 @@ def chaos(ctx: TaskContext, n: int, fail: bool) -> int:
 
 @registry.task("zombie", pass_context=True)
 def zombie(ctx: TaskContext, mode: str) -> dict[str, int]:
-    """Like hang_once; its first attempt ends as `mode` says once released."""
+    """Runs its body, then (first attempt only) waits for the test to kill or pause us,
+    and ends as `mode` says once released: succeed, fail, or acknowledge cancellation."""
     ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
     ctx.submit("record", {"n": -ctx.attempt})
     _append("bodies", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")

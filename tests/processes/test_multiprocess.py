@@ -52,7 +52,7 @@ def test_three_processes_run_500_tasks_exactly_once(
 def test_sigkill_after_the_body_commits_the_effect_exactly_once(
     db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
 ) -> None:
-    task_id = scheduler.submit("hang_once")
+    task_id = scheduler.submit("zombie", {"mode": "succeed"})
     victim = workers.start(concurrency=1, lease=1)
     bodies = tmp_path / "bodies"
     wait_for(lambda: bodies.exists() and bodies.read_text().count("\n") >= 1, "the body to run")
