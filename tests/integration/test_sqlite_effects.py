@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,7 +49,7 @@ def ledger(store: SQLiteStore) -> list[tuple[int, str]]:
     return rows
 
 
-def write_ledger(task_id: int, note: str) -> object:
+def write_ledger(task_id: int, note: str) -> Callable[[Connection], None]:
     def effect(conn: Connection) -> None:
         conn.execute(
             text("INSERT INTO ledger (task_id, note) VALUES (:t, :n)"), {"t": task_id, "n": note}
@@ -63,7 +63,7 @@ def test_effect_commits_with_success_and_key_is_recorded(
 ) -> None:
     @registry.task("pay", pass_context=True)
     def pay(ctx: TaskContext, amount: int) -> dict[str, int]:
-        ctx.on_success(write_ledger(ctx.task_id, f"paid {amount}"))  # type: ignore[arg-type]
+        ctx.on_success(write_ledger(ctx.task_id, f"paid {amount}"))
         return {"amount": amount}
 
     task_id = sched.submit("pay", {"amount": 5}, key="invoice-1")
@@ -86,7 +86,7 @@ def test_effect_of_a_lost_lease_never_happens(
     def pay(ctx: TaskContext) -> int:
         if ctx.attempt == 1:
             assert release.wait(WAIT)
-        ctx.on_success(write_ledger(ctx.task_id, f"attempt {ctx.attempt}"))  # type: ignore[arg-type]
+        ctx.on_success(write_ledger(ctx.task_id, f"attempt {ctx.attempt}"))
         ctx.submit("child", {"by": ctx.attempt})
         return ctx.attempt
 
@@ -124,8 +124,8 @@ def test_an_effect_that_raises_undoes_the_success(
         ctx.submit("child")
         if ctx.attempt == 1:
             # A duplicate row: the UNIQUE constraint makes the second insert fail.
-            ctx.on_success(write_ledger(ctx.task_id, "first"))  # type: ignore[arg-type]
-            ctx.on_success(write_ledger(ctx.task_id, "duplicate"))  # type: ignore[arg-type]
+            ctx.on_success(write_ledger(ctx.task_id, "first"))
+            ctx.on_success(write_ledger(ctx.task_id, "duplicate"))
         return ctx.attempt
 
     @registry.task("child")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def _append(name: str, line: str) -> None:
         os.close(fd)
 
 
-def _ledger(task_id: int, attempt: int) -> object:
+def _ledger(task_id: int, attempt: int) -> Callable[[Connection], None]:
     def effect(conn: Connection) -> None:
         conn.execute(
             text("INSERT INTO ledger (task_id, attempt, pid) VALUES (:t, :a, :p)"),
@@ -40,7 +41,7 @@ def _ledger(task_id: int, attempt: int) -> object:
 def record(ctx: TaskContext, n: int) -> int:
     """A database effect through the success transaction and an external one in a file."""
     _append("executions", f"{ctx.task_id} {ctx.attempt} {os.getpid()} {ctx.idempotency_key}")
-    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))
     return n
 
 
@@ -61,7 +62,7 @@ def chaos(ctx: TaskContext, n: int, fail: bool) -> int:
     threading.Event().wait(0.002)  # long enough to be caught mid-task by a kill
     if fail:
         raise ValueError(f"task {n} is written to fail")
-    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))
     return n
 
 
@@ -69,7 +70,7 @@ def chaos(ctx: TaskContext, n: int, fail: bool) -> int:
 def zombie(ctx: TaskContext, mode: str) -> dict[str, int]:
     """Runs its body, then (first attempt only) waits for the test to kill or pause us,
     and ends as `mode` says once released: succeed, fail, or acknowledge cancellation."""
-    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))  # type: ignore[arg-type]
+    ctx.on_success(_ledger(ctx.task_id, ctx.attempt))
     ctx.submit("record", {"n": -ctx.attempt})
     _append("bodies", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")
     if ctx.attempt == 1:

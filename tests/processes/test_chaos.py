@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,12 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
         kills += 1
-        live.append(workers.start(concurrency=4, lease=1))
-        # Let the replacement start and the others work a few hundred ms before the next kill.
-        pause = time.monotonic() + rng.uniform(0.2, 0.5)
-        wait_for(lambda pause=pause: time.monotonic() >= pause, "the next kill")  # type: ignore[misc]
+        before = finished()
+        replacement = workers.start(concurrency=4, lease=1)
+        live.append(replacement)
+        # The next kill waits for an observable event, not for time: the queue has
+        # moved on by a few tasks (a starting replacement may be the next victim).
+        wait_for(reached(finished, min(before + rng.randrange(5, 60), TASKS)), "progress")
     wall = time.monotonic() - started
     for proc in live:
         workers.wait_started(proc)
@@ -65,6 +68,10 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
         f"{duplicates} duplicate external effects, {wall:.1f}s wall time"
     )
     assert kills >= 3
+
+
+def reached(count: Callable[[], int], target: int) -> Callable[[], bool]:
+    return lambda: count() >= target
 
 
 def verify(db: Path, ids: list[int], must_fail: set[int], out: Path) -> tuple[int, int]:
