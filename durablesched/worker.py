@@ -22,7 +22,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .context import TaskContext
-from .errors import ConfigurationError, DurableSchedError, TaskCancelled
+from .errors import (
+    ConfigurationError,
+    DurableSchedError,
+    SchemaError,
+    StoreError,
+    TaskCancelled,
+)
 from .records import Claim, ErrorInfo, Outcome
 from .registry import TaskRegistry
 from .scheduler import Scheduler
@@ -62,6 +68,7 @@ class Worker:
         rng: random.Random | None = None,
         poll_interval: float = 0.01,
         commit_delay: float = 0.002,
+        max_store_failures: int = 10,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -86,6 +93,8 @@ class Worker:
         #: How long a finished task's outcome may wait for others still running here,
         #: to share their commit (seconds). Trades a little latency for throughput.
         self.commit_delay = commit_delay
+        #: How many store errors in a row run() backs off from before it raises.
+        self.max_store_failures = max_store_failures
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._active: dict[int, _Running] = {}
@@ -210,10 +219,28 @@ class Worker:
                 self.concurrency, thread_name_prefix="durablesched-task"
             )
         self._looping = True
+        failures = 0
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
-                claimed = self.run_once()
+                try:
+                    claimed = self.run_once()
+                    failures = 0
+                except SchemaError:
+                    raise
+                except StoreError as e:
+                    # A full disk or an I/O error may pass: back off and try again,
+                    # a bounded number of times, then give up loudly.
+                    failures += 1
+                    if failures > self.max_store_failures:
+                        raise
+                    delay = min(0.1 * 2 ** (failures - 1), 5.0)
+                    log.error(
+                        "store error (%s in a row), retrying in %.1fs: %s", failures, delay, e
+                    )
+                    clock = self.scheduler.clock
+                    clock.wait(self._wakeup, clock.now() + timedelta(seconds=delay))
+                    continue
                 if (
                     burst
                     and claimed == 0
