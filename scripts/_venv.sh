@@ -15,7 +15,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-STAMP="$VENV/.durablesched-installed"
+STAMP="$VENV/.durablesched-installed-${EXTRAS//,/-}"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$EXTRAS]"
