@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
@@ -344,6 +346,19 @@ def create_sqlite_engine(
     )
     synchronous = SYNCHRONOUS[durability]
     timeout_ms = int(busy_timeout * 1000)
+    path = _file_path(engine)
+
+    if path is not None:
+
+        @event.listens_for(engine, "do_connect")
+        def _open_existing(
+            _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]
+        ) -> sqlite3.Connection:
+            # mode=rw: a connection opened later, after the file was removed, must
+            # fail rather than quietly create a new, empty database in its place.
+            uri = f"file:{quote(str(path), safe='/')}?mode=rw"
+            connection: sqlite3.Connection = sqlite3.connect(uri, uri=True, **cparams)
+            return connection
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:

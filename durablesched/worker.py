@@ -223,6 +223,8 @@ class Worker:
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
+                if self._watch_error is not None:
+                    raise self._watch_error
                 try:
                     claimed = self.run_once()
                     failures = 0
@@ -249,8 +251,6 @@ class Worker:
                 ):
                     return
                 self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
-                if self._watch_error is not None:
-                    raise self._watch_error
         finally:
             self._looping = False
             unsubscribe()

@@ -242,3 +242,4 @@ def test_a_worker_whose_database_file_is_removed_exits_non_zero(
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     assert proc.wait(DEADLINE) == 1
     assert "was removed or replaced while in use" in workers.log(0)
+    assert not db.exists(), "a new, empty database was created in the removed one's place"
