@@ -38,6 +38,7 @@ from .states import TaskState
 from .worker import Worker
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+COMMANDS = ("migrate", "worker", "submit", "ls", "show", "cancel", "retry", "stats", "purge")
 ENV_PREFIX = "DURABLESCHED_"
 
 #: Defaults, in one place.
@@ -70,13 +71,23 @@ def _env(option: str) -> str:
 
 
 def _option(
-    parser: argparse.ArgumentParser, flag: str, *, help: str, default: str | None = None, **kw: Any
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    help: str,
+    default: str | None = None,
+    suppress: bool = False,
+    **kw: Any,
 ) -> None:
-    """Add ``--flag`` whose default comes from DURABLESCHED_FLAG, then ``default``."""
+    """Add ``--flag`` whose default comes from DURABLESCHED_FLAG, then ``default``.
+
+    With ``suppress``, an absent flag sets nothing, so that the same option
+    given before the subcommand is kept.
+    """
     name = flag.lstrip("-")
     env = _env(name)
     fallback = DEFAULTS.get(name.replace("-", "_"), default)
-    value = os.environ.get(env, fallback)
+    value: Any = argparse.SUPPRESS if suppress else os.environ.get(env, fallback)
     shown = f" (default: {fallback})" if fallback is not None else ""
     parser.add_argument(flag, default=value, help=f"{help}{shown} (env: {env})", **kw)
 
@@ -510,18 +521,20 @@ def cmd_purge(args: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
-def _common() -> _Parser:
+def _common(*, suppress: bool) -> _Parser:
+    """The options every command takes, before or after the subcommand's name."""
     common = _Parser(add_help=False)
-    _option(common, "--db", help="database path or SQLAlchemy sqlite URL")
+    _option(common, "--db", help="database path or SQLAlchemy sqlite URL", suppress=suppress)
     _option(
         common,
         "--durability",
         help="'full' survives power loss; 'normal' survives crashes and is faster",
+        suppress=suppress,
     )
     common.add_argument(
         "--json",
         action="store_true",
-        default=_flag_env("json"),
+        default=argparse.SUPPRESS if suppress else _flag_env("json"),
         help=f"print JSON for scripts instead of tables (env: {_env('json')})",
     )
     return common
@@ -536,8 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="durablesched",
         description="A durable job queue in one SQLite file. Exit codes: 0 success, "
         "1 not found or refused, 2 usage error.",
+        parents=[_common(suppress=False)],
     )
-    common = _common()
+    common = _common(suppress=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, func: Callable[[argparse.Namespace], int], help: str) -> Any:
@@ -591,8 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def argv_command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named in ``argv``, before parsing (it sets the log level)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    return next((w for w in words if not w.startswith("-")), None)
+    return next((w for w in words if w in COMMANDS), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,6 +59,15 @@ def test_migrate_prints_the_revision_and_db_comes_from_the_environment(tmp_path:
     assert db.exists()
 
 
+def test_common_options_go_before_or_after_the_subcommand(tmp_path: Path) -> None:
+    before = tmp_path / "before.db"
+    after = tmp_path / "after.db"
+    assert as_json(cli("--db", str(before), "--json", "submit", "x"))["id"] == 1
+    assert as_json(cli("submit", "x", "--db", str(after), "--json"))["id"] == 1
+    assert as_json(cli("--db", str(before), "ls", "--json"))[0]["name"] == "x"
+    assert before.exists() and after.exists()
+
+
 def test_help_names_the_environment_variables() -> None:
     out = cli("worker", "--help").stdout
     for env in (
@@ -136,14 +145,16 @@ def test_burst_drains_the_queue_and_exits_0(tmp_path: Path) -> None:
         as_json(cli("submit", "slow", "--args", '{"seconds": 0}', "--json", db=db))["id"]
         for _ in range(3)
     ]
+    # --db before the subcommand; the worker still logs its task lines at INFO.
     result = cli(
+        "--db",
+        str(db),
         "worker",
         "--app",
         "tests.processes.app:registry",
         "--burst",
         "--concurrency",
         "2",
-        db=db,
         env={"DS_TEST_DIR": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
