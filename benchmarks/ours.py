@@ -40,13 +40,33 @@ def submit_many(path: Path, n: int) -> float:
     return n / elapsed
 
 
-def end_to_end(path: Path, n: int, slots: int, processes: int, durability: str) -> dict[str, float]:
-    """No-op tasks/s from the first claim to the last finish, measured from the table."""
+def end_to_end(
+    path: Path,
+    n: int,
+    slots: int,
+    processes: int,
+    durability: str,
+    *,
+    log_level: str = "warning",
+) -> dict[str, float]:
+    """No-op tasks/s from the first claim to the last finish, measured from the table.
+
+    ``log_level`` "warning" matches huey's consumer run with ``-q``; "info"
+    writes the two per-task lines (start, outcome) a worker logs by default.
+    """
     store = SQLiteStore(fresh(path), durability=durability)  # type: ignore[arg-type]
     Scheduler(store).submit_many("noop", [{} for _ in range(n)])
     store.close()
     children = [
-        worker(path, "--burst", "--concurrency", str(slots), durability=durability)
+        worker(
+            path,
+            "--burst",
+            "--concurrency",
+            str(slots),
+            "--log-level",
+            log_level,
+            durability=durability,
+        )
         for _ in range(processes)
     ]
     peak_rss = 0

@@ -26,7 +26,8 @@ from . import ours, peers, raw
 RESULTS = Path(__file__).resolve().parent / "results"
 #: What each peer lacks, for the table: their figures buy less than ours.
 PEER_NOTES = {
-    "huey (SqliteHuey consumer, its default synchronous FULL = ours)": "leases and reclaim "
+    "huey (SqliteHuey consumer, quiet (-q) like ours at --log-level warning; "
+    "its default synchronous FULL = ours)": "leases and reclaim "
     "(a task is deleted when dequeued: a killed worker loses it), fencing, task history; "
     "has delayed tasks and retries",
     "litequeue (its default NORMAL, and FULL)": "delayed tasks, lease expiry and reclaim, "
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"e2e_1proc_{slots}slots_{durability}",
                 partial(ours.end_to_end, db(), size.e2e, slots, 1, durability),
             )
+    step(
+        "e2e_1proc_32slots_full_info_log",
+        partial(ours.end_to_end, db(), size.e2e, 32, 1, "full", log_level="info"),
+    )
     for processes in (2, 4):
         step(
             f"e2e_{processes}proc_8slots_full",
@@ -98,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     found = peers.available()
     print(f"peers ({', '.join(k for k, v in found.items() if v) or 'none installed'}):")
     if found["huey"]:
-        step("huey_consumer_8threads", lambda: peers.huey_consumer(db(), size.peer, 8))
+        for threads in (8, 32):
+            step(
+                f"huey_consumer_{threads}threads",
+                partial(peers.huey_consumer, db(), size.peer, threads),
+            )
     if found["litequeue"]:
         step("litequeue_normal", lambda: peers.litequeue_loop(db(), size.peer, "NORMAL"))
         step("litequeue_full", lambda: peers.litequeue_loop(db(), size.peer, "FULL"))
@@ -141,8 +150,10 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
     largest = size.claim_pending[-1]
     targets = [
         (
-            "1. e2e 1 process (FULL) / huey consumer (FULL)",
-            e2e_full / _rate(figures, "huey_consumer_8threads") if found["huey"] else float("nan"),
+            "1. e2e 1 process (FULL) / huey consumer (FULL, best of 8 and 32 threads)",
+            e2e_full / max(_rate(figures, f"huey_consumer_{t}threads") for t in (8, 32))
+            if found["huey"]
+            else float("nan"),
             ">=",
             3.0,
         ),

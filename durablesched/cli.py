@@ -48,6 +48,14 @@ DEFAULTS: dict[str, str] = {
     "concurrency": "4",
     "lease": "30",
     "grace": "30",
+    "log_level": "info",
+}
+#: --log-level names; per-task lines are INFO, so "warning" keeps only trouble.
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
 }
 
 log = logging.getLogger("durablesched.cli")
@@ -167,6 +175,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     concurrency = _positive_int("--concurrency", args.concurrency)
     lease = _positive_float("--lease", args.lease)
     grace = _positive_float("--grace", args.grace)
+    level = LOG_LEVELS.get(str(args.log_level).lower())
+    if level is None:
+        raise UsageError(
+            f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}"
+        )
+    logging.getLogger("durablesched").setLevel(level)
     store = SQLiteStore(args.db, durability=_durability(args.durability))
     scheduler = Scheduler(store, registry=registry)
     worker = Worker(scheduler, concurrency=concurrency, lease=lease)
@@ -566,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, "--concurrency", help="how many tasks run at once")
     _option(p, "--lease", help="lease length in seconds; heartbeats renew it")
     _option(p, "--grace", help="seconds running tasks get to finish after SIGTERM")
+    _option(
+        p,
+        "--log-level",
+        help="debug, info (a line per task start and outcome), warning or error",
+    )
     p.add_argument(
         "--burst",
         action="store_true",

@@ -992,7 +992,7 @@ def _claim(
         Claim(
             task_id=r.id,
             name=r.name,
-            args=json.loads(r.args),
+            args={} if r.args == "{}" else json.loads(r.args),
             attempt=r.attempts,
             max_attempts=r.max_attempts,
             owner=owner,

@@ -28,8 +28,14 @@ def to_json(value: Any, what: str) -> str:
         raise InvalidTaskError(f"{what} must be JSON-serialisable: {exc}") from None
 
 
+#: Exact types (not subclasses) that JSON stores and reads back unchanged.
+_SELF_CANONICAL = frozenset({str, bool, int})
+
+
 def canonical_json(value: Any, what: str) -> Any:
     """``value`` as it will read back from storage (tuples become lists, and so on)."""
+    if value is None or type(value) in _SELF_CANONICAL:
+        return value  # reads back as itself: skip the round trip (most results are None)
     return json.loads(to_json(value, what))
 
 

@@ -115,6 +115,7 @@ def test_submit_ls_show_cancel_retry_stats_purge_json(tmp_path: Path) -> None:
         (["show", "abc"], "task id"),
         (["purge", "--older-than", "-5m"], "--older-than"),
         (["frobnicate"], "invalid choice"),
+        (["worker", "--app", "tests.processes.app", "--log-level", "loud"], "--log-level"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_naming_them(
@@ -161,6 +162,26 @@ def test_burst_drains_the_queue_and_exits_0(tmp_path: Path) -> None:
     assert all(state_of(db, i) is TaskState.SUCCEEDED for i in ids)
     for word in ("start: task", "success: task"):
         assert word in result.stderr
+
+
+def test_log_level_warning_keeps_only_trouble(tmp_path: Path) -> None:
+    db = tmp_path / "quiet.db"
+    ok = as_json(cli("submit", "slow", "--args", '{"seconds": 0}', "--json", db=db))["id"]
+    bad = as_json(
+        cli("submit", "slow", "--args", '{"seconds": "x"}', "--max-attempts", "1", "--json", db=db)
+    )["id"]
+    result = cli(
+        "worker",
+        "--app",
+        "tests.processes.app:registry",
+        "--burst",
+        env={"DS_TEST_DIR": str(tmp_path), "DURABLESCHED_LOG_LEVEL": "warning"},
+        db=db,
+    )
+    assert result.returncode == 0, result.stderr
+    assert state_of(db, ok) is TaskState.SUCCEEDED and state_of(db, bad) is TaskState.FAILED
+    assert "start: task" not in result.stderr and "success: task" not in result.stderr
+    assert f"failure: task {bad}" in result.stderr
 
 
 def test_a_row_with_an_unregistered_name_never_runs_and_imports_nothing(tmp_path: Path) -> None:

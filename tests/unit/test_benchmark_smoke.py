@@ -28,7 +28,9 @@ def test_benchmark_smoke_produces_every_figure(tmp_path: Path) -> None:
         "claim_10000_finished",
         "pickup_idle",
         "memory_backend_bytes_per_task",
+        "e2e_1proc_32slots_full_info_log",
         "huey_consumer_8threads",
+        "huey_consumer_32threads",
         "litequeue_full",
         "persistqueue_ackqueue",
     ):
