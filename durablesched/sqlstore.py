@@ -1,0 +1,1114 @@
+"""The durable backend on SQL, for SQLite and PostgreSQL alike. All of its SQL is here.
+
+One store, one set of statements; where the two databases must differ (the
+claim's locking, JSON functions, how times are stored, how other processes
+hear of a commit) the statement comes from the :class:`SQLDialect` of the
+engine. Every outcome write names the claim that made it in its WHERE clause.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, TextClause, bindparam, exc, text
+from sqlalchemy.sql.elements import BindParameter
+
+from .errors import (
+    InvalidTransitionError,
+    SchemaError,
+    StoreError,
+    TaskNotFoundError,
+)
+from .migrate import check_schema
+from .records import (
+    CancelOutcome,
+    Claim,
+    ErrorInfo,
+    LeaseStatus,
+    NewTask,
+    Outcome,
+    OutcomeResult,
+    Reclaimed,
+    Submitted,
+    TaskEvent,
+    TaskRecord,
+    effective_key,
+)
+from .schema import CLAIMABLE_SQL
+from .states import TaskState, check_transition
+from .store import ChangeWatcher, Effect, RetryDelay
+
+# -- the SQL both databases share ----------------------------------------------------------------
+
+#: Valid claim: RUNNING, same owner, same fence, lease not yet expired.
+VALID = (
+    "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
+    "AND lease_expires_at > :now"
+)
+TASK_COLUMNS = (
+    "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
+    "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
+    "created_at, updated_at, finished_at"
+)
+CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
+#: Names bound one parameter each (an expanding IN), compared exactly as stored.
+NAMES_FILTER = "AND name IN :names"
+_NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
+
+SQL_ALLOCATE = text(
+    "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
+)
+SQL_FIND_KEY = text(
+    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
+    "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+#: Bulk inserts go straight to the driver's executemany; {p} is its placeholder.
+INSERT_TASK = (
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "idempotency_key, created_at, updated_at) "
+    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p})"
+)
+INSERT_EVENTS = (
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
+)
+RECORD_KEYS = (
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
+)
+SQL_INSERT_EVENT = text(
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    "VALUES (:task_id, :at, :state, :attempt, :detail)"
+)
+SQL_COMPLETE = text(
+    "UPDATE tasks SET state = 'SUCCEEDED', result = :result, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} RETURNING attempts, idempotency_key"
+)
+SQL_RECORD_KEY = text(
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
+    "VALUES (:key, :task_id, :now, :result)"
+)
+#: ``:give_up`` is 1 when the attempt has no retry; never NULL, so that no
+#: database has to guess the type of a bare NULL parameter.
+_GIVE_UP = "(:give_up = 1 OR cancel_requested_at IS NOT NULL)"
+SQL_FAIL = text(
+    f"UPDATE tasks SET state = CASE WHEN {_GIVE_UP} THEN 'FAILED' ELSE 'RETRY_WAIT' END, "
+    f"due_at = CASE WHEN {_GIVE_UP} THEN due_at ELSE :retry_at END, "
+    f"finished_at = CASE WHEN {_GIVE_UP} THEN :now ELSE NULL END, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
+SQL_ACK_CANCEL = text(
+    "UPDATE tasks SET state = 'CANCELLED', lease_owner = NULL, lease_expires_at = NULL, "
+    "updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
+)
+#: A stopping worker gives a claim back: the attempt does not count.
+SQL_RELEASE = text(
+    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
+    "ELSE 'CANCELLED' END, "
+    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
+    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
+SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
+SQL_CANCEL_WAITING = text(
+    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
+    f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
+)
+SQL_CANCEL_RUNNING = text(
+    "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL RETURNING id"
+)
+SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
+SQL_ANY_EXPIRED = text(
+    "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
+)
+SQL_EXPIRED = text(
+    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
+    "cancel_requested_at, fence FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
+)
+#: The reclaim re-checks state, fence and expiry itself: a completion that
+#: landed a moment earlier is never overwritten.
+SQL_RECLAIM = text(
+    "UPDATE tasks SET state = :state, due_at = coalesce(:due_at, due_at), "
+    "finished_at = :finished_at, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND fence = :fence AND lease_expires_at <= :now"
+)
+SQL_NEXT_DUE = text(
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
+)
+SQL_NEXT_EXPIRY = text(
+    "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
+    "ORDER BY lease_expires_at LIMIT 1"
+)
+SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
+SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
+SQL_HISTORY = text(
+    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
+)
+# -- operator statements (the CLI's retry, stats, purge and copy) -------------------------------
+
+SQL_REQUEUE = text(
+    "UPDATE tasks SET state = 'PENDING', due_at = :now, seq = :seq, attempts = 0, "
+    "lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL, result = NULL, "
+    "finished_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state IN ('FAILED', 'CANCELLED') RETURNING id"
+)
+SQL_KEY_HELD_BY_OTHER = text(
+    "SELECT other.id FROM tasks AS this JOIN tasks AS other "
+    "ON other.idempotency_key = this.idempotency_key AND other.id != this.id "
+    "WHERE this.id = :id AND other.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
+SQL_OLDEST_OVERDUE = text(
+    f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+SQL_OVERDUE_BY_NAME = text(
+    f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
+    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
+)
+SQL_RUNNING = text(
+    "SELECT id, name, attempts, lease_owner, lease_expires_at, cancel_requested_at "
+    "FROM tasks WHERE state = 'RUNNING' ORDER BY lease_expires_at"
+)
+SQL_RECENT_FAILURES = text(
+    "SELECT id, name, attempts, finished_at, last_error FROM tasks "
+    "WHERE state = 'FAILED' AND finished_at >= :since ORDER BY finished_at DESC"
+)
+#: Finished tasks only, oldest first, a bounded batch per transaction.
+SQL_PURGE_BATCH = text(
+    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
+    "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
+    "ORDER BY finished_at LIMIT :batch)"
+)
+SQL_LIVE = text(
+    f"SELECT {TASK_COLUMNS} FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after "
+    "ORDER BY id LIMIT :batch"
+)
+
+# -- where SQLite and PostgreSQL differ ----------------------------------------------------------
+
+
+def _sqlite_claim(names: bool) -> str:
+    return (
+        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
+        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
+        # the (state, name) index and sort; the claim must always walk this one.
+        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
+        "ORDER BY due_at, seq LIMIT :limit) "
+        f"RETURNING {CLAIM_RETURNING}"
+    )
+
+
+def _postgres_claim(names: bool) -> str:
+    # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
+    # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
+    # lets concurrent claimers take the next rows instead of queueing.
+    return (
+        "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
+        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED) "
+        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
+        "FROM picked WHERE tasks.id = picked.id "
+        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}"
+    )
+
+
+#: ``:fences`` is a JSON object {task id: fence}.
+SQLITE_HEARTBEAT = (
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
+    "AND fence = json_extract(:fences, '$.\"' || id || '\"') "
+    "AND state = 'RUNNING' AND lease_owner = :owner AND lease_expires_at > :now "
+    "RETURNING id, fence, lease_expires_at, cancel_requested_at"
+)
+#: Rows are locked in id order first, as every multi-row write here does, so
+#: that a heartbeat and a group commit of the same tasks cannot deadlock.
+POSTGRES_HEARTBEAT = (
+    "WITH f AS (SELECT CAST(key AS bigint) AS id, CAST(value AS bigint) AS fence "
+    "FROM jsonb_each_text(CAST(:fences AS jsonb))), "
+    "locked AS MATERIALIZED (SELECT t.id, f.fence FROM tasks t JOIN f ON t.id = f.id "
+    "WHERE t.fence = f.fence AND t.state = 'RUNNING' AND t.lease_owner = :owner "
+    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now FROM locked "
+    "WHERE tasks.id = locked.id AND tasks.fence = locked.fence AND tasks.state = 'RUNNING' "
+    "AND tasks.lease_owner = :owner AND tasks.lease_expires_at > :now "
+    "RETURNING tasks.id, tasks.fence, tasks.lease_expires_at, tasks.cancel_requested_at"
+)
+#: Successes without effects or children, many in one statement. ``:batch`` maps
+#: each task id to its claim's owner, fence and result (JSON text).
+_ITEM = "json_extract(:batch, '$.\"' || id || '\".{field}')"
+SQLITE_COMPLETE_MANY = (
+    "UPDATE tasks SET state = 'SUCCEEDED', "
+    f"result = {_ITEM.format(field='r')}, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:batch)) AND state = 'RUNNING' "
+    f"AND lease_owner = {_ITEM.format(field='o')} "
+    f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
+    "RETURNING id, attempts, idempotency_key, result"
+)
+POSTGRES_COMPLETE_MANY = (
+    "WITH b AS (SELECT CAST(key AS bigint) AS id, value->>'o' AS owner, "
+    "CAST(value->>'f' AS bigint) AS fence, CAST(value->>'r' AS jsonb) AS result "
+    "FROM jsonb_each(CAST(:batch AS jsonb))), "
+    "locked AS MATERIALIZED (SELECT t.id, b.result FROM tasks t JOIN b ON t.id = b.id "
+    "WHERE t.state = 'RUNNING' AND t.lease_owner = b.owner AND t.fence = b.fence "
+    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
+    "UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now FROM locked "
+    "WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' AND tasks.lease_expires_at > :now "
+    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result"
+)
+_SQLITE_NEXT_DUE_NAMED = (
+    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
+    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+_POSTGRES_NEXT_DUE_NAMED = (
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+#: Submitters take the counter row first: the idempotency-key check that
+#: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
+POSTGRES_LOCK_SUBMISSIONS = (
+    "SELECT value FROM durablesched_counters WHERE name = 'task_seq' FOR UPDATE"
+)
+#: The channel a PostgreSQL worker LISTENs on; delivered when the sender commits.
+CHANNEL = "durablesched"
+POSTGRES_NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+
+
+def to_db_time(when: datetime) -> str:
+    """SQLite: UTC, fixed width, so that text order is time order and a person can read it."""
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def from_db_time(value: str | datetime) -> datetime:
+    """A stored time (SQLite's text or PostgreSQL's timestamptz) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def _opt_time(value: str | datetime | None) -> datetime | None:
+    return None if value is None else from_db_time(value)
+
+
+def _as_utc(when: datetime) -> datetime:
+    return when.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class SQLDialect:
+    """The statements and conversions that differ between the databases."""
+
+    name: str
+    claim: TextClause
+    claim_named: TextClause
+    heartbeat: TextClause
+    complete_many: TextClause
+    next_due_named: TextClause
+    insert_task: str
+    insert_events: str
+    record_keys: str
+    #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.
+    time: Callable[[datetime], Any]
+    #: Run first in a submitting transaction, if the database needs it.
+    lock_submissions: TextClause | None = None
+    #: Run in a transaction whose commit should wake idle workers elsewhere.
+    notify: TextClause | None = None
+
+
+SQLITE = SQLDialect(
+    name="sqlite",
+    claim=text(_sqlite_claim(names=False)),
+    claim_named=text(_sqlite_claim(names=True)).bindparams(_NAMES),
+    heartbeat=text(SQLITE_HEARTBEAT),
+    complete_many=text(SQLITE_COMPLETE_MANY),
+    next_due_named=text(_SQLITE_NEXT_DUE_NAMED).bindparams(_NAMES),
+    insert_task=INSERT_TASK.format(p="?"),
+    insert_events=INSERT_EVENTS.format(p="?"),
+    record_keys=RECORD_KEYS.format(p="?"),
+    time=to_db_time,
+)
+POSTGRES = SQLDialect(
+    name="postgresql",
+    claim=text(_postgres_claim(names=False)),
+    claim_named=text(_postgres_claim(names=True)).bindparams(_NAMES),
+    heartbeat=text(POSTGRES_HEARTBEAT),
+    complete_many=text(POSTGRES_COMPLETE_MANY),
+    next_due_named=text(_POSTGRES_NEXT_DUE_NAMED).bindparams(_NAMES),
+    insert_task=INSERT_TASK.format(p="%s"),
+    insert_events=INSERT_EVENTS.format(p="%s"),
+    record_keys=RECORD_KEYS.format(p="%s"),
+    time=_as_utc,
+    lock_submissions=text(POSTGRES_LOCK_SUBMISSIONS),
+    notify=text(POSTGRES_NOTIFY),
+)
+
+
+# -- JSON as stored ------------------------------------------------------------------------------
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _error_json(error: ErrorInfo) -> str:
+    return _dump({"type": error.type, "message": error.message, "traceback": error.traceback})
+
+
+def _error(value: str | None) -> ErrorInfo | None:
+    if value is None:
+        return None
+    data = json.loads(value)
+    return ErrorInfo(str(data["type"]), str(data["message"]), str(data["traceback"]))
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
+
+
+def _is_busy(error: exc.DBAPIError) -> bool:
+    """SQLite's 'database is locked': worth retrying the BEGIN."""
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return "database is locked" in str(error.orig)
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Database errors leave as StoreError (or SchemaError) naming what failed."""
+    try:
+        yield
+    except exc.DBAPIError as e:
+        message = str(e.orig) if e.orig is not None else str(e)
+        if "not a database" in message:
+            raise SchemaError(f"{what}: the file is not a SQLite database ({message})") from e
+        if "no such table" in message or ("relation" in message and "does not exist" in message):
+            raise SchemaError(f"{what}: the durablesched schema is missing ({message})") from e
+        if "\\u0000" in message:
+            raise StoreError(
+                f"{what} failed: PostgreSQL cannot store the NUL character (\\u0000) in "
+                f"JSON or text ({message.splitlines()[0]})"
+            ) from e
+        raise StoreError(f"{what} failed: {message.strip()}") from e
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class SQLStore:
+    """A :class:`~durablesched.store.Store` on an SQLAlchemy engine (SQLite or PostgreSQL).
+
+    Build one with :class:`~durablesched.sqlite.SQLiteStore`,
+    :class:`~durablesched.postgres.PostgresStore` or :func:`durablesched.open_store`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        dialect: SQLDialect,
+        *,
+        migrate: bool = False,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self._t = dialect.time
+        self._reader = engine.execution_options(durablesched_read=True)
+        self.busy_timeout = busy_timeout
+        self._busy_lock = threading.Lock()
+        #: Transactions that found the database busy and were retried.
+        self.busy_retries = 0
+        try:
+            with translated(f"opening {engine.url.render_as_string(hide_password=True)}"):
+                self.schema_revision = check_schema(engine, migrate=migrate)
+        except BaseException:
+            engine.dispose()
+            raise
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        """One write transaction: committed if the body returns, rolled back if it raises."""
+        with translated(what):
+            conn = self._begin(self.engine)
+            try:
+                yield conn
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[Connection]:
+        with translated(what):
+            conn = self._begin(self._reader)
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+                conn.close()
+
+    def _begin(self, engine: Engine) -> Connection:
+        """A connection in a new transaction; a busy database is retried, never surfaced early.
+
+        Only BEGIN can find the database busy (SQLite writes take the lock up
+        front), so retrying it repeats no work.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.002
+        while True:
+            conn = engine.connect()
+            try:
+                conn.begin()
+                return conn
+            except exc.OperationalError as e:
+                conn.close()
+                if not _is_busy(e) or time.monotonic() + delay > deadline:
+                    raise
+            with self._busy_lock:
+                self.busy_retries += 1
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.25)
+
+    def _wake_others(self, conn: Connection) -> None:
+        """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
+        if self.dialect.notify is not None:
+            conn.execute(self.dialect.notify)
+
+    # -- Store ----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        tasks: Sequence[NewTask],
+        now: datetime,
+        *,
+        connection: Connection | None = None,
+    ) -> list[Submitted]:
+        """Store tasks; with ``connection``, inside the caller's own transaction.
+
+        The caller's connection must be in a write transaction on this database
+        (one from ``store.engine.begin()`` is): the tasks exist if and only if
+        that transaction commits.
+        """
+        if connection is not None:
+            with translated("submitting tasks"):
+                return self._insert(connection, tasks, now)
+        with self._write("submitting tasks") as conn:
+            return self._insert(conn, tasks, now)
+
+    def get(self, task_id: int) -> TaskRecord | None:
+        with self._read(f"reading task {task_id}") as conn:
+            row = conn.execute(SQL_GET, {"id": task_id}).first()
+        return None if row is None else _record(row)
+
+    def history(self, task_id: int) -> list[TaskEvent]:
+        with self._read(f"reading the history of task {task_id}") as conn:
+            created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
+            rows = conn.execute(SQL_HISTORY, {"id": task_id}).all()
+        if created is None:
+            return []
+        # Submission is the row itself; later transitions are in task_events.
+        events = [TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, None)]
+        events.extend(
+            TaskEvent(r.task_id, from_db_time(r.at), TaskState(r.state), r.attempt, r.detail)
+            for r in rows
+        )
+        return events
+
+    def list_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        clauses = []
+        params: dict[str, Any] = {"limit": limit}
+        if state is not None:
+            clauses.append("state = :state")
+            params["state"] = TaskState(state).value
+        if name is not None:
+            clauses.append("name = :name")
+            params["name"] = name
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
+        with self._read("listing tasks") as conn:
+            return [_record(r) for r in conn.execute(sql, params)]
+
+    def claim(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        with self._write("claiming tasks") as conn:
+            return self._claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
+
+    def heartbeat(
+        self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
+    ) -> list[LeaseStatus]:
+        if not claims:
+            return []
+        params = {
+            "fences": _dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
+            "owner": owner,
+            "now": self._t(now),
+            "lease_expires_at": self._t(now + lease),
+        }
+        with self._write("renewing leases") as conn:
+            rows = sorted(
+                conn.execute(self.dialect.heartbeat, params).all(), key=lambda r: int(r.id)
+            )
+        return [
+            LeaseStatus(
+                r.id, r.fence, from_db_time(r.lease_expires_at), r.cancel_requested_at is not None
+            )
+            for r in rows
+        ]
+
+    def complete(
+        self,
+        claim: Claim,
+        result: Any,
+        now: datetime,
+        *,
+        children: Sequence[NewTask] = (),
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
+        with self._write(f"recording the success of task {claim.task_id}") as conn:
+            return self._complete(conn, outcome, now) is not None
+
+    def fail(
+        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
+    ) -> TaskState | None:
+        with self._write(f"recording the failure of task {claim.task_id}") as conn:
+            return self._fail(conn, Outcome(claim, error=error, retry_at=retry_at), now)
+
+    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+        with self._write(f"cancelling task {claim.task_id}") as conn:
+            return self._acknowledge(conn, claim, now) is not None
+
+    def record_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        *,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        names: Collection[str] | None = None,
+    ) -> tuple[list[OutcomeResult], list[Claim]]:
+        """Group commit: every outcome, then a claim into the freed slots, in one transaction.
+
+        Each outcome with effects or children runs under a savepoint, so one
+        that raises is undone alone and comes back as its exception.
+        """
+        with self._write("recording outcomes and claiming") as conn:
+            results = self._record_outcomes(conn, outcomes, now)
+            claims = (
+                self._claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
+                if limit > 0
+                else []
+            )
+        return results, claims
+
+    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+        released = 0
+        with self._write("giving back unfinished tasks") as conn:
+            for claim in claims:
+                params = self._claim_params(claim, now)
+                row = conn.execute(SQL_RELEASE, params).first()
+                if row is None:
+                    continue
+                released += 1
+                state = TaskState(row.state)
+                detail = (
+                    f"given back by {claim.owner} at shutdown"
+                    if state is TaskState.PENDING
+                    else "cancelled at shutdown"
+                )
+                self._event(conn, claim.task_id, now, state, row.attempts, detail)
+            if released:
+                self._wake_others(conn)
+        return released
+
+    def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
+        params: dict[str, Any] = {"id": task_id, "now": self._t(now)}
+        with self._write(f"cancelling task {task_id}") as conn:
+            row = conn.execute(SQL_CANCEL_WAITING, params).first()
+            if row is not None:
+                self._event(
+                    conn, task_id, now, TaskState.CANCELLED, row.attempts, "cancelled before start"
+                )
+                return CancelOutcome.CANCELLED
+            if conn.execute(SQL_CANCEL_RUNNING, params).first() is not None:
+                return CancelOutcome.REQUESTED
+            state = conn.execute(SQL_STATE, params).scalar()
+            if state is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            # Asked before: the first request's time stands.
+            return CancelOutcome.REQUESTED if state == "RUNNING" else CancelOutcome.TOO_LATE
+
+    def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+        stamp = self._t(now)
+        with self._read("looking for expired leases") as conn:
+            if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
+                return []
+        reclaimed: list[Reclaimed] = []
+        with self._write("reclaiming expired leases") as conn:
+            for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
+                detail = (
+                    f"lease of {r.lease_owner} expired at "
+                    f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
+                )
+                error = ErrorInfo("durablesched.LeaseExpired", detail, "")
+                due_at: datetime | None = None
+                finished_at: datetime | None = now
+                if r.cancel_requested_at is not None:
+                    state = TaskState.CANCELLED
+                elif r.attempts >= r.max_attempts:
+                    state = TaskState.FAILED
+                else:
+                    state = TaskState.RETRY_WAIT
+                    due_at = now + retry_delay(r.name, r.attempts)
+                    finished_at = None
+                updated = conn.execute(
+                    SQL_RECLAIM,
+                    {
+                        "id": r.id,
+                        "fence": r.fence,
+                        "now": stamp,
+                        "state": state.value,
+                        "due_at": None if due_at is None else self._t(due_at),
+                        "finished_at": None if finished_at is None else self._t(finished_at),
+                        "error": _error_json(error),
+                    },
+                ).rowcount
+                if updated:
+                    self._event(conn, r.id, now, state, r.attempts, detail)
+                    reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
+        return reclaimed
+
+    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+        params: dict[str, Any] = {"now": self._t(now)}
+        due_sql = SQL_NEXT_DUE
+        if names is not None:
+            due_sql = self.dialect.next_due_named
+            params["names"] = sorted(names)
+        with self._read("finding the next due time") as conn:
+            times = [
+                conn.execute(due_sql, params).scalar(),
+                conn.execute(SQL_NEXT_EXPIRY, params).scalar(),
+            ]
+        found = [from_db_time(t) for t in times if t is not None]
+        return min(found, default=None)
+
+    def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:
+        """Overridden per database: how this process hears of other processes' commits."""
+        return None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- operator actions (not part of the Store protocol) ----------------------------------------
+
+    def requeue(self, task_id: int, now: datetime) -> None:
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        if the task is in another state or another task now holds its key.
+        """
+        stamp = self._t(now)
+        with self._write(f"requeueing task {task_id}") as conn:
+            if self.dialect.lock_submissions is not None:
+                conn.execute(self.dialect.lock_submissions)
+            state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
+            if state is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            check_transition(TaskState(state), TaskState.PENDING, operator=True)
+            holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
+            if holder is not None:
+                raise InvalidTransitionError(
+                    f"task {task_id}'s idempotency key is now held by task {holder}"
+                )
+            seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
+            conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
+            self._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
+            self._wake_others(conn)
+
+    def stats(self, now: datetime) -> dict[str, Any]:
+        """Counts per state, the oldest overdue task, running leases, recent failures."""
+        params = {"now": self._t(now), "since": self._t(now - timedelta(hours=1))}
+        with self._read("reading statistics") as conn:
+            counts = {r.state: r.n for r in conn.execute(SQL_COUNT_BY_STATE)}
+            oldest = conn.execute(SQL_OLDEST_OVERDUE, params).first()
+            overdue = conn.execute(SQL_OVERDUE_BY_NAME, params).all()
+            running = conn.execute(SQL_RUNNING).all()
+            failures = conn.execute(SQL_RECENT_FAILURES, params).all()
+        return {
+            "counts": {state.value: counts.get(state.value, 0) for state in TaskState},
+            "oldest_overdue": None
+            if oldest is None
+            else {
+                "id": oldest.id,
+                "name": oldest.name,
+                "due_at": from_db_time(oldest.due_at),
+                "lag_seconds": (now - from_db_time(oldest.due_at)).total_seconds(),
+            },
+            "overdue_by_name": [
+                {"name": r.name, "tasks": r.n, "oldest_due_at": from_db_time(r.oldest)}
+                for r in overdue
+            ],
+            "running": [
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "attempt": r.attempts,
+                    "lease_owner": r.lease_owner,
+                    "lease_expires_at": from_db_time(r.lease_expires_at),
+                    "cancel_requested": r.cancel_requested_at is not None,
+                }
+                for r in running
+            ],
+            "failures_last_hour": [
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "attempts": r.attempts,
+                    "finished_at": from_db_time(r.finished_at),
+                    "error": _error(r.last_error),
+                }
+                for r in failures
+            ],
+        }
+
+    def purge(self, before: datetime, *, batch: int = 10_000) -> int:
+        """Delete finished tasks (with their events and keys) finished before ``before``.
+
+        Bounded batches, one transaction each, so writers are never blocked
+        for long. Never touches a live task. Returns how many were deleted.
+        """
+        total = 0
+        while True:
+            with self._write("purging finished tasks") as conn:
+                deleted = conn.execute(
+                    SQL_PURGE_BATCH, {"before": self._t(before), "batch": batch}
+                ).rowcount
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def live_tasks(self, *, batch: int = 1_000) -> Iterator[list[TaskRecord]]:
+        """PENDING and RETRY_WAIT tasks in id order, a batch (one short read) at a time."""
+        after = 0
+        while True:
+            with self._read("reading live tasks") as conn:
+                rows = conn.execute(SQL_LIVE, {"after": after, "batch": batch}).all()
+            if not rows:
+                return
+            yield [_record(r) for r in rows]
+            after = rows[-1].id
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _insert(self, conn: Connection, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
+        if self.dialect.lock_submissions is not None and tasks:
+            conn.execute(self.dialect.lock_submissions)
+        # Each slot is either the holder of a key already stored, or (index into
+        # `new`, created?) where a repeat of a key within this batch is not created.
+        slots: list[Submitted | tuple[int, bool]] = []
+        new: list[NewTask] = []
+        batch_keys: dict[str, int] = {}
+        for task in tasks:
+            key = task.idempotency_key
+            if key is not None:
+                if key in batch_keys:
+                    slots.append((batch_keys[key], False))
+                    continue
+                holder = conn.execute(SQL_FIND_KEY, {"key": key}).scalar()
+                if holder is not None:
+                    slots.append(Submitted(holder, created=False))
+                    continue
+                batch_keys[key] = len(new)
+            slots.append((len(new), True))
+            new.append(task)
+        ids: list[int] = []
+        if new:
+            end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()
+            ids = list(range(end - len(new) + 1, end + 1))
+            stamp = self._t(now)
+            convert = self._t
+            due: dict[datetime, Any] = {}  # a batch usually shares one due time
+            # Straight to the driver's executemany: this is the bulk-submit hot path.
+            conn.exec_driver_sql(
+                self.dialect.insert_task,
+                [
+                    (
+                        task_id,
+                        task_id,
+                        task.name,
+                        task.args_json if task.args_json is not None else _dump(task.args),
+                        due.get(task.due_at) or due.setdefault(task.due_at, convert(task.due_at)),
+                        task.max_attempts,
+                        task.idempotency_key,
+                        stamp,
+                        stamp,
+                    )
+                    for task_id, task in zip(ids, new, strict=True)
+                ],
+            )
+            self._wake_others(conn)
+        return [
+            slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], created=slot[1])
+            for slot in slots
+        ]
+
+    def _claim(
+        self,
+        conn: Connection,
+        *,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        names: Collection[str] | None,
+    ) -> list[Claim]:
+        stamp = self._t(now)
+        params: dict[str, Any] = {
+            "owner": owner,
+            "lease_expires_at": self._t(now + lease),
+            "now": stamp,
+            "limit": limit,
+        }
+        sql = self.dialect.claim
+        if names is not None:
+            sql = self.dialect.claim_named
+            params["names"] = sorted(names)
+        rows = conn.execute(sql, params).all()
+        if rows:
+            detail = f"claimed by {owner}"
+            conn.exec_driver_sql(
+                self.dialect.insert_events,
+                [(r.id, stamp, "RUNNING", r.attempts, detail) for r in rows],
+            )
+        claims = [
+            Claim(
+                task_id=r.id,
+                name=r.name,
+                args={} if r.args == "{}" else json.loads(r.args),
+                attempt=r.attempts,
+                max_attempts=r.max_attempts,
+                owner=owner,
+                fence=r.fence,
+                lease_expires_at=now + lease,
+                due_at=from_db_time(r.due_at),
+                seq=r.seq,
+                idempotency_key=effective_key(r.id, r.idempotency_key),
+            )
+            for r in rows
+        ]
+        claims.sort(key=lambda c: (c.due_at, c.seq))
+        return claims
+
+    def _record_outcomes(
+        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime
+    ) -> list[OutcomeResult]:
+        """Outcomes in order; consecutive plain successes of distinct tasks share statements."""
+        results: list[OutcomeResult] = [None] * len(outcomes)
+        group: dict[int, int] = {}  # task id -> index, for the current run of plain successes
+
+        def flush() -> None:
+            indexes = list(group.values())
+            for task_id, state in self._complete_many(conn, [outcomes[i] for i in indexes], now):
+                results[group[task_id]] = state
+            group.clear()
+
+        for index, outcome in enumerate(outcomes):
+            plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
+            if plain and outcome.claim.task_id not in group:
+                group[outcome.claim.task_id] = index
+                continue
+            flush()
+            if plain:
+                group[outcome.claim.task_id] = index
+            else:
+                results[index] = self._apply(conn, outcome, now)
+        flush()
+        return results
+
+    def _apply(self, conn: Connection, outcome: Outcome, now: datetime) -> OutcomeResult:
+        if outcome.error is not None:
+            return self._fail(conn, outcome, now)
+        if outcome.cancelled:
+            try:
+                return self._acknowledge(conn, outcome.claim, now)
+            except InvalidTransitionError as e:
+                return e
+        if not (outcome.effects or outcome.children):
+            return self._complete(conn, outcome, now)
+        savepoint = conn.begin_nested()
+        try:
+            state = self._complete(conn, outcome, now)
+        except Exception as e:  # an effect raised: undo this outcome alone
+            savepoint.rollback()
+            return e
+        savepoint.commit()
+        return state
+
+    def _complete(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
+        claim = outcome.claim
+        result_json = _dump(outcome.result)
+        params = self._claim_params(claim, now)
+        row = conn.execute(SQL_COMPLETE, {**params, "result": result_json}).first()
+        if row is None:
+            return None
+        conn.execute(
+            SQL_RECORD_KEY,
+            {
+                "key": effective_key(claim.task_id, row.idempotency_key),
+                "task_id": claim.task_id,
+                "now": params["now"],
+                "result": result_json,
+            },
+        )
+        if outcome.children:
+            self._insert(conn, outcome.children, now)
+        for effect in outcome.effects:
+            effect(conn)
+        self._event(conn, claim.task_id, now, TaskState.SUCCEEDED, row.attempts, None)
+        return TaskState.SUCCEEDED
+
+    def _complete_many(
+        self, conn: Connection, outcomes: list[Outcome], now: datetime
+    ) -> list[tuple[int, TaskState | None]]:
+        """Plain successes of distinct tasks in three statements in all: (task id, new state)."""
+        if not outcomes:
+            return []
+        stamp = self._t(now)
+        batch = {
+            str(o.claim.task_id): {"o": o.claim.owner, "f": o.claim.fence, "r": _dump(o.result)}
+            for o in outcomes
+        }
+        rows = {
+            r.id: r
+            for r in conn.execute(self.dialect.complete_many, {"batch": _dump(batch), "now": stamp})
+        }
+        done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
+        if done:
+            conn.exec_driver_sql(
+                self.dialect.record_keys,
+                [(effective_key(r.id, r.idempotency_key), r.id, stamp, r.result) for r in done],
+            )
+            conn.exec_driver_sql(
+                self.dialect.insert_events,
+                [(r.id, stamp, "SUCCEEDED", r.attempts, None) for r in done],
+            )
+        return [
+            (o.claim.task_id, TaskState.SUCCEEDED if o.claim.task_id in rows else None)
+            for o in outcomes
+        ]
+
+    def _fail(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
+        assert outcome.error is not None
+        params = {
+            **self._claim_params(outcome.claim, now),
+            "give_up": 1 if outcome.retry_at is None else 0,
+            "retry_at": None if outcome.retry_at is None else self._t(outcome.retry_at),
+            "error": _error_json(outcome.error),
+        }
+        row = conn.execute(SQL_FAIL, params).first()
+        if row is None:
+            return None
+        state = TaskState(row.state)
+        self._event(conn, outcome.claim.task_id, now, state, row.attempts, outcome.error.message)
+        return state
+
+    def _acknowledge(self, conn: Connection, claim: Claim, now: datetime) -> TaskState | None:
+        params = self._claim_params(claim, now)
+        row = conn.execute(SQL_ACK_CANCEL, params).first()
+        if row is None:
+            if conn.execute(SQL_IS_VALID, params).first() is not None:
+                raise InvalidTransitionError(
+                    f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
+                )
+            return None
+        self._event(
+            conn, claim.task_id, now, TaskState.CANCELLED, row.attempts, "cancellation acknowledged"
+        )
+        return TaskState.CANCELLED
+
+    def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
+        self,
+        conn: Connection,
+        task_id: int,
+        at: datetime,
+        state: TaskState,
+        attempt: int,
+        detail: str | None,
+    ) -> None:
+        """Append one line to the task's history, in the transaction that made the change."""
+        conn.execute(
+            SQL_INSERT_EVENT,
+            {
+                "task_id": task_id,
+                "at": self._t(at),
+                "state": state.value,
+                "attempt": attempt,
+                "detail": detail,
+            },
+        )
+
+    def _claim_params(self, claim: Claim, now: datetime) -> dict[str, Any]:
+        return {
+            "id": claim.task_id,
+            "owner": claim.owner,
+            "fence": claim.fence,
+            "now": self._t(now),
+        }
+
+
+def _record(row: Row[Any]) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        seq=row.seq,
+        name=row.name,
+        args=json.loads(row.args),
+        state=TaskState(row.state),
+        due_at=from_db_time(row.due_at),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_owner=row.lease_owner,
+        lease_expires_at=_opt_time(row.lease_expires_at),
+        fence=row.fence,
+        cancel_requested_at=_opt_time(row.cancel_requested_at),
+        result=None if row.result is None else json.loads(row.result),
+        last_error=_error(row.last_error),
+        idempotency_key=row.idempotency_key,
+        created_at=from_db_time(row.created_at),
+        updated_at=from_db_time(row.updated_at),
+        finished_at=_opt_time(row.finished_at),
+    )
