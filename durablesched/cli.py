@@ -22,6 +22,7 @@ from enum import StrEnum
 from types import FrameType
 from typing import Any, NoReturn
 
+from .backends import create_engine_for, open_store
 from .clock import SystemClock
 from .errors import (
     DurableSchedError,
@@ -33,7 +34,7 @@ from .migrate import upgrade
 from .records import CancelOutcome, ErrorInfo, TaskRecord
 from .registry import TaskRegistry
 from .scheduler import Scheduler
-from .sqlite import SQLiteStore, create_sqlite_engine
+from .sqlstore import SQLStore
 from .states import TaskState
 from .worker import Worker
 
@@ -161,7 +162,7 @@ def load_registry(spec: str) -> TaskRegistry:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    engine = create_sqlite_engine(args.db, durability=_durability(args.durability))
+    engine = create_engine_for(args.db, durability=_durability(args.durability))
     try:
         revision = upgrade(engine)
     finally:
@@ -181,7 +182,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}"
         )
     logging.getLogger("durablesched").setLevel(level)
-    store = SQLiteStore(args.db, durability=_durability(args.durability))
+    store = open_store(args.db, durability=_durability(args.durability))
     scheduler = Scheduler(store, registry=registry)
     worker = Worker(scheduler, concurrency=concurrency, lease=lease)
     signals_seen = 0
@@ -233,8 +234,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return code
 
 
-def _open(args: argparse.Namespace) -> SQLiteStore:
-    return SQLiteStore(args.db, durability=_durability(args.durability))
+def _open(args: argparse.Namespace) -> SQLStore:
+    return open_store(args.db, durability=_durability(args.durability))
 
 
 def _task_id(value: str) -> int:
@@ -538,7 +539,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def _common(*, suppress: bool) -> _Parser:
     """The options every command takes, before or after the subcommand's name."""
     common = _Parser(add_help=False)
-    _option(common, "--db", help="database path or SQLAlchemy sqlite URL", suppress=suppress)
+    _option(
+        common,
+        "--db",
+        help="SQLite file path or sqlite:/// URL, or a postgresql:// URL",
+        suppress=suppress,
+    )
     _option(
         common,
         "--durability",

@@ -7,6 +7,8 @@ so no test has to sleep for a due time to arrive.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
@@ -49,6 +51,52 @@ class SystemClock:
         if timeout <= 0:
             return event.is_set()
         return event.wait(timeout)
+
+
+class ServerClock(SystemClock):
+    """Another machine's clock (a database server's), read now and then, advanced locally.
+
+    Workers on several hosts judge lease expiry by one clock, whatever their
+    own say: each reads the server's time every ``resync`` seconds (placing
+    the reading at the midpoint of the round trip) and adds its own monotonic
+    time since. The error is at most half a round trip plus the drift of the
+    local monotonic clock over ``resync`` seconds. If a reading fails, the
+    last offset stands and the next call tries again.
+    """
+
+    def __init__(self, read: Callable[[], datetime], *, resync: float = 60.0) -> None:
+        self._read = read
+        self._resync = resync
+        self._lock = threading.Lock()
+        self._base: datetime | None = None
+        self._base_mono = 0.0
+        self._next_sync = 0.0
+        self._sync()  # the first reading must work: its error goes to the caller
+
+    def _sync(self) -> None:
+        before = time.monotonic()
+        try:
+            server = self._read()
+        except Exception:
+            if self._base is None:
+                raise
+            self._next_sync = time.monotonic() + min(self._resync, 1.0)
+            return
+        after = time.monotonic()
+        self._base, self._base_mono = server.astimezone(UTC), (before + after) / 2
+        self._next_sync = after + self._resync
+
+    def now(self) -> datetime:
+        with self._lock:
+            if time.monotonic() >= self._next_sync:
+                self._sync()
+            assert self._base is not None
+            return self._base + timedelta(seconds=time.monotonic() - self._base_mono)
+
+    @property
+    def offset(self) -> timedelta:
+        """Server time minus this host's wall clock, as last measured."""
+        return self.now() - datetime.now(UTC)
 
 
 class ManualClock:

@@ -35,7 +35,7 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.registry = registry
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else _default_clock(store)
         self._listeners: list[Callable[[str, int], None]] = []
         self._listeners_lock = threading.Lock()
 
@@ -153,3 +153,12 @@ class Scheduler:
             listeners = list(self._listeners)
         for listener in listeners:
             listener(event, task_id)
+
+
+def _default_clock(store: Store) -> Clock:
+    """The store's own lease clock if it has one (PostgreSQL: the server's), else this host's."""
+    make = getattr(store, "server_clock", None)
+    if callable(make):
+        clock: Clock = make()
+        return clock
+    return SystemClock()

@@ -1,12 +1,14 @@
 """The SQL schema as SQLAlchemy metadata: what the migrations must produce, exactly.
 
-Times are TEXT in UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``: readable in ``sqlite3``
-and ordered correctly by plain string comparison. JSON is TEXT.
+On SQLite, times are TEXT in UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``: readable in
+``sqlite3`` and ordered correctly by plain string comparison, and JSON is TEXT.
+On PostgreSQL, times are ``timestamptz``, JSON is ``jsonb`` and ids are ``bigint``.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -17,10 +19,16 @@ from sqlalchemy import (
     Text,
     text,
 )
+from sqlalchemy.dialects import postgresql
 
 from .states import CLAIMABLE, KEY_HOLDING, TaskState
 
 metadata = MetaData()
+
+#: The column types, per database.
+Time = Text().with_variant(postgresql.TIMESTAMP(timezone=True), "postgresql")
+Json = Text().with_variant(postgresql.JSONB(), "postgresql")
+Id = Integer().with_variant(BigInteger(), "postgresql")
 
 
 def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
@@ -36,24 +44,24 @@ ALL_STATES_SQL = _in(set(TaskState))
 tasks = Table(
     "tasks",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("seq", Integer, nullable=False),
+    Column("id", Id, primary_key=True, autoincrement=False),
+    Column("seq", Id, nullable=False),
     Column("name", Text, nullable=False),
-    Column("args", Text, nullable=False),
+    Column("args", Json, nullable=False),
     Column("state", Text, nullable=False),
-    Column("due_at", Text, nullable=False),
+    Column("due_at", Time, nullable=False),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False),
     Column("lease_owner", Text),
-    Column("lease_expires_at", Text),
+    Column("lease_expires_at", Time),
     Column("fence", Integer, nullable=False, server_default=text("0")),
-    Column("cancel_requested_at", Text),
-    Column("result", Text),
-    Column("last_error", Text),
+    Column("cancel_requested_at", Time),
+    Column("result", Json),
+    Column("last_error", Json),
     Column("idempotency_key", Text),
-    Column("created_at", Text, nullable=False),
-    Column("updated_at", Text, nullable=False),
-    Column("finished_at", Text),
+    Column("created_at", Time, nullable=False),
+    Column("updated_at", Time, nullable=False),
+    Column("finished_at", Time),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
     CheckConstraint("attempts >= 0", name="ck_tasks_attempts"),
@@ -88,9 +96,9 @@ Index("ix_tasks_state_name", tasks.c.state, tasks.c.name)
 task_events = Table(
     "task_events",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("task_id", Integer, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
-    Column("at", Text, nullable=False),
+    Column("id", Id, primary_key=True),
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("at", Time, nullable=False),
     Column("state", Text, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("detail", Text),
@@ -102,9 +110,9 @@ idempotency_keys = Table(
     "idempotency_keys",
     metadata,
     Column("key", Text, primary_key=True),
-    Column("task_id", Integer, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
-    Column("recorded_at", Text, nullable=False),
-    Column("result", Text),
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("recorded_at", Time, nullable=False),
+    Column("result", Json),
 )
 Index("ix_idempotency_keys_task_id", idempotency_keys.c.task_id)
 
@@ -113,5 +121,5 @@ counters = Table(
     "durablesched_counters",
     metadata,
     Column("name", Text, primary_key=True),
-    Column("value", Integer, nullable=False),
+    Column("value", Id, nullable=False),
 )

@@ -7,8 +7,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
+from durablesched.backends import create_engine_for
 from durablesched.schema import metadata
-from durablesched.sqlite import create_sqlite_engine
 
 config = context.config
 
@@ -30,7 +30,7 @@ if given is not None:
 else:
     url = os.environ.get("DURABLESCHED_DB") or config.get_main_option("sqlalchemy.url")
     assert url, "set sqlalchemy.url in alembic.ini or DURABLESCHED_DB"
-    engine = create_sqlite_engine(url)
+    engine = create_engine_for(url)
     try:
         with engine.connect() as conn:
             run(conn)

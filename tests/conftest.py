@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 from durablesched import ManualClock, MemoryStore, Scheduler, Store, TaskRegistry
+from durablesched.postgres import PostgresStore
 from durablesched.sqlite import SQLiteStore
+from durablesched.sqlstore import SQLStore
 
 #: "Time 10" of the worked example.
 T0 = datetime(2030, 1, 1, 0, 0, 10, tzinfo=UTC)
 #: Every bounded wait in the tests, in seconds.
 WAIT = 10.0
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
+#: The PostgreSQL server the tests use; each test gets a schema of its own in it.
+PG_URL = os.environ.get("DURABLESCHED_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def at(seconds: float) -> datetime:
@@ -24,11 +31,69 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds - 10)
 
 
-def make_store(backend: str, tmp_path: Path) -> Store:
+_pg_reason: list[str | None] = []
+
+
+def _pg_unreachable() -> str | None:
+    """Why the PostgreSQL tests cannot run here, or None if they can (asked once)."""
+    if not _pg_reason:
+        import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need it
+
+        try:
+            psycopg.connect(_libpq(PG_URL), connect_timeout=3).close()
+            _pg_reason.append(None)
+        except psycopg.Error as e:
+            _pg_reason.append(str(e).strip().splitlines()[0])
+    return _pg_reason[0]
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def require_postgres() -> None:
+    """Fail in CI, skip elsewhere, with one line saying how to enable the tests."""
+    reason = _pg_unreachable()
+    if reason is None:
+        return
+    message = (
+        f"PostgreSQL tests need a server at {PG_URL} ({reason}); start one there "
+        "or point DURABLESCHED_TEST_PG at one"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def pg_schema_url(schema: str) -> str:
+    """PG_URL with ``schema`` first on the search path: a database of its own, in effect."""
+    sep = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards."""
+    require_postgres()
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need it
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(_libpq(PG_URL), autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield pg_schema_url(schema)
+    finally:
+        with psycopg.connect(_libpq(PG_URL), autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     if backend == "memory":
         return MemoryStore(compact_min=8)
     if backend == "sqlite":
         return SQLiteStore(tmp_path / "tasks.db")
+    if backend == "postgres":
+        return PostgresStore(request.getfixturevalue("pg_url"))
     raise AssertionError(f"unknown backend {backend}")
 
 
@@ -38,10 +103,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(backend: str, tmp_path: Path) -> Iterator[Store]:
-    s = make_store(backend, tmp_path)
+def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    s = make_store(backend, tmp_path, request)
     yield s
-    if isinstance(s, SQLiteStore):
+    if isinstance(s, SQLStore):
         # A connection-leak check for free: every store call returns its connection.
         assert s.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     s.close()

@@ -1,5 +1,8 @@
 """The first schema: tasks, their events, idempotency keys, counters.
 
+SQLite stores times and JSON as TEXT; PostgreSQL as timestamptz and jsonb,
+with bigint ids.
+
 Revision ID: 0001
 Revises:
 Create Date: 2026-12-01
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "0001"
 down_revision = None
@@ -19,28 +23,32 @@ STATES = "'CANCELLED', 'FAILED', 'PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED'
 CLAIMABLE = "state IN ('PENDING', 'RETRY_WAIT')"
 KEY_HOLDING = "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
 
+TIME = sa.Text().with_variant(postgresql.TIMESTAMP(timezone=True), "postgresql")
+JSON = sa.Text().with_variant(postgresql.JSONB(), "postgresql")
+ID = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+
 
 def upgrade() -> None:
     op.create_table(
         "tasks",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Column("id", ID, primary_key=True, autoincrement=False),
+        sa.Column("seq", ID, nullable=False),
         sa.Column("name", sa.Text, nullable=False),
-        sa.Column("args", sa.Text, nullable=False),
+        sa.Column("args", JSON, nullable=False),
         sa.Column("state", sa.Text, nullable=False),
-        sa.Column("due_at", sa.Text, nullable=False),
+        sa.Column("due_at", TIME, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
         sa.Column("max_attempts", sa.Integer, nullable=False),
         sa.Column("lease_owner", sa.Text),
-        sa.Column("lease_expires_at", sa.Text),
+        sa.Column("lease_expires_at", TIME),
         sa.Column("fence", sa.Integer, nullable=False, server_default=sa.text("0")),
-        sa.Column("cancel_requested_at", sa.Text),
-        sa.Column("result", sa.Text),
-        sa.Column("last_error", sa.Text),
+        sa.Column("cancel_requested_at", TIME),
+        sa.Column("result", JSON),
+        sa.Column("last_error", JSON),
         sa.Column("idempotency_key", sa.Text),
-        sa.Column("created_at", sa.Text, nullable=False),
-        sa.Column("updated_at", sa.Text, nullable=False),
-        sa.Column("finished_at", sa.Text),
+        sa.Column("created_at", TIME, nullable=False),
+        sa.Column("updated_at", TIME, nullable=False),
+        sa.Column("finished_at", TIME),
         sa.CheckConstraint(f"state IN ({STATES})", name="ck_tasks_state"),
         sa.CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
         sa.CheckConstraint("attempts >= 0", name="ck_tasks_attempts"),
@@ -71,14 +79,14 @@ def upgrade() -> None:
 
     op.create_table(
         "task_events",
-        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("id", ID, primary_key=True),
         sa.Column(
             "task_id",
-            sa.Integer,
+            ID,
             sa.ForeignKey("tasks.id", ondelete="CASCADE"),
             nullable=False,
         ),
-        sa.Column("at", sa.Text, nullable=False),
+        sa.Column("at", TIME, nullable=False),
         sa.Column("state", sa.Text, nullable=False),
         sa.Column("attempt", sa.Integer, nullable=False),
         sa.Column("detail", sa.Text),
@@ -91,19 +99,19 @@ def upgrade() -> None:
         sa.Column("key", sa.Text, primary_key=True),
         sa.Column(
             "task_id",
-            sa.Integer,
+            ID,
             sa.ForeignKey("tasks.id", ondelete="CASCADE"),
             nullable=False,
         ),
-        sa.Column("recorded_at", sa.Text, nullable=False),
-        sa.Column("result", sa.Text),
+        sa.Column("recorded_at", TIME, nullable=False),
+        sa.Column("result", JSON),
     )
     op.create_index("ix_idempotency_keys_task_id", "idempotency_keys", ["task_id"])
 
     counters = op.create_table(
         "durablesched_counters",
         sa.Column("name", sa.Text, primary_key=True),
-        sa.Column("value", sa.Integer, nullable=False),
+        sa.Column("value", ID, nullable=False),
     )
     op.bulk_insert(counters, [{"name": "task_seq", "value": 0}])
 

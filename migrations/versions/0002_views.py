@@ -1,7 +1,7 @@
 """Views for people inspecting the queue with plain SQL.
 
-Views are for reading by people: they use SQLite's own clock for "now" and
-lags. The library itself never reads them; it binds time from its clock.
+Views are for reading by people: they use the database's own clock for "now"
+and lags. The library itself never reads them; it binds time from its clock.
 
 Revision ID: 0002
 Revises: 0001
@@ -47,9 +47,36 @@ VIEWS = {
         ORDER BY finished_at DESC""",
 }
 
+#: The same views on PostgreSQL: timestamptz arithmetic and jsonb operators.
+POSTGRES_VIEWS = {
+    "queue_summary": VIEWS["queue_summary"],
+    "tasks_due": """
+        SELECT id, name, state, attempts, due_at,
+               round(EXTRACT(EPOCH FROM (now() - due_at)), 3) AS lag_seconds
+        FROM tasks
+        WHERE state IN ('PENDING', 'RETRY_WAIT') AND due_at <= now()
+        ORDER BY due_at, seq""",
+    "tasks_running": """
+        SELECT id, name, attempts AS attempt, lease_owner, lease_expires_at,
+               round(EXTRACT(EPOCH FROM (lease_expires_at - now())), 3) AS lease_left_seconds,
+               cancel_requested_at
+        FROM tasks WHERE state = 'RUNNING'
+        ORDER BY lease_expires_at""",
+    "tasks_failed": """
+        SELECT id, name, attempts, finished_at,
+               last_error->>'type' AS error_type,
+               last_error->>'message' AS error_message
+        FROM tasks WHERE state = 'FAILED'
+        ORDER BY finished_at DESC""",
+}
+
+
+def _views() -> dict[str, str]:
+    return POSTGRES_VIEWS if op.get_bind().dialect.name == "postgresql" else VIEWS
+
 
 def upgrade() -> None:
-    for name, select in VIEWS.items():
+    for name, select in _views().items():
         op.execute(f"CREATE VIEW {name} AS {select}")
 
 
