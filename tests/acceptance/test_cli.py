@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from durablesched import SQLiteStore, TaskState
+from durablesched.backends import open_store
 
 from ..processes.conftest import DEADLINE, ROOT, Workers, wait_for
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.processes
 
 
 def cli(
-    *args: str, db: Path | None = None, env: dict[str, str] | None = None
+    *args: str, db: Path | str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     if db is not None:
@@ -41,8 +42,8 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
-def state_of(db: Path, task_id: int) -> TaskState:
-    store = SQLiteStore(db)
+def state_of(db: Path | str, task_id: int) -> TaskState:
+    store = open_store(str(db))
     try:
         task = store.get(task_id)
         assert task is not None
@@ -79,8 +80,7 @@ def test_help_names_the_environment_variables() -> None:
         assert env in out
 
 
-def test_submit_ls_show_cancel_retry_stats_purge_json(tmp_path: Path) -> None:
-    db = tmp_path / "ops.db"
+def test_submit_ls_show_cancel_retry_stats_purge_json(db: str) -> None:
     first = as_json(cli("submit", "record", "--args", '{"n": 1}', "--json", db=db))
     again = as_json(cli("submit", "record", "--args", '{"n": 1}', "--key", "k", "--json", db=db))
     repeat = as_json(cli("submit", "record", "--key", "k", "--json", db=db))
@@ -208,7 +208,7 @@ def test_a_row_with_an_unregistered_name_never_runs_and_imports_nothing(tmp_path
 
 
 def test_sigterm_gives_back_a_running_task_and_loses_nothing(
-    tmp_path: Path, db: Path, workers: Workers
+    tmp_path: Path, db: str, workers: Workers
 ) -> None:
     slow = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
     quick = as_json(cli("submit", "record", "--args", '{"n": 1}', "--json", db=db))["id"]
@@ -217,7 +217,7 @@ def test_sigterm_gives_back_a_running_task_and_loses_nothing(
     wait_for(lambda: state_of(db, quick) is TaskState.SUCCEEDED, "the quick task")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(DEADLINE) == 0
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         task = store.get(slow)
         assert task is not None
@@ -229,7 +229,7 @@ def test_sigterm_gives_back_a_running_task_and_loses_nothing(
 
 
 def test_sigterm_lets_a_task_finish_within_the_grace_period(
-    tmp_path: Path, db: Path, workers: Workers
+    tmp_path: Path, db: str, workers: Workers
 ) -> None:
     task_id = as_json(cli("submit", "slow", "--args", '{"seconds": 1}', "--json", db=db))["id"]
     proc = workers.start("--grace", "20", concurrency=1, lease=5)
@@ -240,7 +240,7 @@ def test_sigterm_lets_a_task_finish_within_the_grace_period(
 
 
 def test_an_idle_worker_picks_up_a_task_from_another_process(
-    tmp_path: Path, db: Path, workers: Workers
+    tmp_path: Path, db: str, workers: Workers
 ) -> None:
     workers.start(concurrency=1, lease=5)
     wait_for(lambda: "worker " in workers.log(0), "the worker to start")
@@ -249,7 +249,7 @@ def test_an_idle_worker_picks_up_a_task_from_another_process(
 
 
 def test_a_second_signal_exits_at_once_and_the_lease_is_reclaimed_later(
-    tmp_path: Path, db: Path, workers: Workers
+    tmp_path: Path, db: str, workers: Workers
 ) -> None:
     slow = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
     proc = workers.start("--grace", "60", concurrency=1, lease=1)
@@ -265,13 +265,17 @@ def test_a_second_signal_exits_at_once_and_the_lease_is_reclaimed_later(
     rescuer.wait(DEADLINE)
 
 
-def test_a_worker_whose_database_file_is_removed_exits_non_zero(
-    tmp_path: Path, db: Path, workers: Workers
-) -> None:
-    proc = workers.start(concurrency=1, lease=5)
-    wait_for(lambda: "worker " in workers.log(0), "the worker to start")
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    assert proc.wait(DEADLINE) == 1
-    assert "was removed or replaced while in use" in workers.log(0)
-    assert not db.exists(), "a new, empty database was created in the removed one's place"
+def test_a_worker_whose_database_file_is_removed_exits_non_zero(tmp_path: Path) -> None:
+    db = tmp_path / "removed.db"
+    SQLiteStore(db).close()
+    workers = Workers(str(db), tmp_path)
+    try:
+        proc = workers.start(concurrency=1, lease=5)
+        wait_for(lambda: "worker " in workers.log(0), "the worker to start")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        assert proc.wait(DEADLINE) == 1
+        assert "was removed or replaced while in use" in workers.log(0)
+        assert not db.exists(), "a new, empty database was created in the removed one's place"
+    finally:
+        workers.stop_all()

@@ -1,20 +1,24 @@
-"""Real worker processes on one SQLite file, observed through the database."""
+"""Real worker processes on one database (a SQLite file, or a PostgreSQL schema), observed
+through the database."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from sqlalchemy import text
 
-from durablesched import Scheduler, SQLiteStore
+from durablesched import Scheduler
+from durablesched.backends import open_store
+from durablesched.postgres import is_postgres_url
 
 from .app import registry
 
@@ -35,7 +39,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE
 class Workers:
     """Starts worker processes and cleans up every one of them."""
 
-    def __init__(self, db: Path, out: Path) -> None:
+    def __init__(self, db: str, out: Path) -> None:
         self.db = db
         self.out = out
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -89,27 +93,50 @@ class Workers:
             log.close()
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
+def query(db: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` (``?`` placeholders) read with the database's own driver."""
+    if is_postgres_url(db):
+        import psycopg  # noqa: PLC0415 - only for PostgreSQL
+
+        with psycopg.connect(db) as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(sql.replace("%", "%%").replace("?", "%s"), params).fetchall()
+            ]
+    with sqlite3.connect(db, timeout=30) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def count(db: str, where: str) -> int:
+    return int(query(db, f"SELECT count(*) FROM tasks WHERE {where}")[0][0])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the processes share: a SQLite file, or a PostgreSQL schema of its own."""
+    url = (
+        str(request.getfixturevalue("pg_url"))
+        if request.param == "postgres"
+        else str(tmp_path / "jobs.db")
+    )
+    store = open_store(url)
     with store.engine.begin() as conn:
         conn.execute(
             text("CREATE TABLE ledger (task_id INTEGER PRIMARY KEY, attempt INTEGER, pid INTEGER)")
         )
     store.close()
-    return path
+    return url
 
 
 @pytest.fixture
-def workers(db: Path, tmp_path: Path) -> Iterator[Workers]:
+def workers(db: str, tmp_path: Path) -> Iterator[Workers]:
     w = Workers(db, tmp_path)
     yield w
     w.stop_all()
 
 
 @pytest.fixture
-def scheduler(db: Path) -> Iterator[Scheduler]:
-    store = SQLiteStore(db)
+def scheduler(db: str) -> Iterator[Scheduler]:
+    store = open_store(db)
     yield Scheduler(store, registry=registry)
     store.close()

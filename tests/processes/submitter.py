@@ -6,12 +6,13 @@ import json
 import sys
 import time
 
-from durablesched import Scheduler, SQLiteStore
+from durablesched import Scheduler
+from durablesched.backends import open_store
 
 
 def main() -> int:
     db, seconds = sys.argv[1], float(sys.argv[2])
-    store = SQLiteStore(db)
+    store = open_store(db)
     scheduler = Scheduler(store)
     ids: list[int] = []
     end = time.monotonic() + seconds

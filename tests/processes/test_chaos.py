@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -15,7 +14,7 @@ import pytest
 
 from durablesched import Scheduler
 
-from .conftest import Workers, wait_for
+from .conftest import Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -25,7 +24,7 @@ WORKERS = 4
 
 
 def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
-    db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
+    db: str, workers: Workers, scheduler: Scheduler, tmp_path: Path
 ) -> None:
     rng = random.Random(20261201)
     fails = {n for n in range(TASKS) if n % 97 == 0}
@@ -36,11 +35,7 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
     kills = 0
 
     def finished() -> int:
-        with sqlite3.connect(db, timeout=30) as conn:
-            (count,) = conn.execute(
-                "SELECT count(*) FROM tasks WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
-            ).fetchone()
-        return int(count)
+        return count(db, "state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
 
     deadline = time.monotonic() + 240
     while finished() < TASKS:
@@ -70,27 +65,28 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
     assert kills >= 3
 
 
-def reached(count: Callable[[], int], target: int) -> Callable[[], bool]:
-    return lambda: count() >= target
+def reached(counter: Callable[[], int], target: int) -> Callable[[], bool]:
+    return lambda: counter() >= target
 
 
-def verify(db: Path, ids: list[int], must_fail: set[int], out: Path) -> tuple[int, int]:
+def verify(db: str, ids: list[int], must_fail: set[int], out: Path) -> tuple[int, int]:
     """Check the outcome; return (duplicate external effects, reclaims)."""
-    with sqlite3.connect(db) as conn:
-        states = dict(conn.execute("SELECT id, state FROM tasks WHERE name = 'chaos'").fetchall())
-        ledger = Counter(r[0] for r in conn.execute("SELECT task_id FROM ledger").fetchall())
-        reclaimed_attempts = defaultdict(set)
-        for task_id, attempt in conn.execute(
-            "SELECT task_id, attempt FROM task_events "
-            "WHERE state IN ('RETRY_WAIT', 'FAILED', 'CANCELLED') AND detail LIKE 'lease of %'"
-        ):
-            reclaimed_attempts[task_id].add(attempt)
-        gave_back = defaultdict(int)
-        for task_id, count in conn.execute(
-            "SELECT task_id, count(*) FROM task_events WHERE detail LIKE 'given back%' "
-            "GROUP BY task_id"
-        ):
-            gave_back[task_id] = count
+    states = dict(query(db, "SELECT id, state FROM tasks WHERE name = 'chaos'"))
+    ledger = Counter(r[0] for r in query(db, "SELECT task_id FROM ledger"))
+    reclaimed_attempts = defaultdict(set)
+    for task_id, attempt in query(
+        db,
+        "SELECT task_id, attempt FROM task_events "
+        "WHERE state IN ('RETRY_WAIT', 'FAILED', 'CANCELLED') AND detail LIKE 'lease of %'",
+    ):
+        reclaimed_attempts[task_id].add(attempt)
+    gave_back = defaultdict(int)
+    for task_id, n in query(
+        db,
+        "SELECT task_id, count(*) FROM task_events WHERE detail LIKE 'given back%' "
+        "GROUP BY task_id",
+    ):
+        gave_back[task_id] = n
     # No task lost: SUCCEEDED, or FAILED only where written to fail.
     assert sorted(states) == sorted(ids)
     for task_id, state in states.items():

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEADLINE, ROOT, Workers, wait_for
+from .conftest import DEADLINE, ROOT, Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -23,7 +22,7 @@ SECONDS = 2.0
 
 
 def test_eight_submitters_and_four_workers_lose_nothing_and_never_see_locked(
-    db: Path, workers: Workers, tmp_path: Path
+    db: str, workers: Workers, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     claimers = [workers.start(concurrency=2, lease=5) for _ in range(CLAIMERS)]
@@ -51,9 +50,7 @@ def test_eight_submitters_and_four_workers_lose_nothing_and_never_see_locked(
     assert len(ids) == len(set(ids))
 
     def done() -> int:
-        with sqlite3.connect(db, timeout=30) as conn:
-            (n,) = conn.execute("SELECT count(*) FROM tasks WHERE state = 'SUCCEEDED'").fetchone()
-        return int(n)
+        return count(db, "state = 'SUCCEEDED'")
 
     wait_for(lambda: done() == len(ids), f"all {len(ids)} tasks to succeed", timeout=120)
     wall = time.monotonic() - started
@@ -65,9 +62,8 @@ def test_eight_submitters_and_four_workers_lose_nothing_and_never_see_locked(
         log = workers.log(index)
         assert "locked" not in log and "Traceback" not in log, log
         worker_retries += int(re.findall(r"busy database: (\d+)", log)[-1])
-    with sqlite3.connect(db) as conn:
-        stored = {r[0] for r in conn.execute("SELECT id FROM tasks")}
-        (executions,) = conn.execute("SELECT count(*) FROM ledger").fetchone()
+    stored = {r[0] for r in query(db, "SELECT id FROM tasks")}
+    [(executions,)] = query(db, "SELECT count(*) FROM ledger")
     assert stored == set(ids)
     assert executions == len(ids)
     print(

@@ -1,33 +1,26 @@
-"""Several worker processes on one file: once each, fenced, crash-safe."""
+"""Several worker processes on one database: once each, fenced, crash-safe."""
 
 from __future__ import annotations
 
 import signal
-import sqlite3
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from durablesched import Scheduler, TaskState
 
-from .conftest import Workers, wait_for
+from .conftest import Workers, query, wait_for
 
 pytestmark = pytest.mark.processes
 
 
-def query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db, timeout=30) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
-def count_state(db: Path, state: str) -> int:
+def count_state(db: str, state: str) -> int:
     return int(query(db, "SELECT count(*) FROM tasks WHERE state = ?", state)[0][0])
 
 
 def test_three_processes_run_500_tasks_exactly_once(
-    db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
+    db: str, workers: Workers, scheduler: Scheduler, tmp_path: Path
 ) -> None:
     ids = scheduler.submit_many("record", [{"n": i} for i in range(500)])
     procs = [workers.start("--burst", concurrency=4, lease=5) for _ in range(3)]
@@ -50,7 +43,7 @@ def test_three_processes_run_500_tasks_exactly_once(
 
 
 def test_sigkill_after_the_body_commits_the_effect_exactly_once(
-    db: Path, workers: Workers, scheduler: Scheduler, tmp_path: Path
+    db: str, workers: Workers, scheduler: Scheduler, tmp_path: Path
 ) -> None:
     task_id = scheduler.submit("zombie", {"mode": "succeed"})
     victim = workers.start(concurrency=1, lease=1)
@@ -89,7 +82,7 @@ def test_sigkill_after_the_body_commits_the_effect_exactly_once(
     ],
 )
 def test_sigstop_zombie_cannot_commit_effect_or_outcome(
-    db: Path,
+    db: str,
     workers: Workers,
     scheduler: Scheduler,
     tmp_path: Path,

@@ -1,4 +1,4 @@
-"""Model-based differential test: the SQLite backend against the in-memory one, step by step.
+"""Model-based differential test: the SQL backends against the in-memory one, step by step.
 
 Hypothesis drives random interleavings of submit (equal due times, idempotency
 keys), cancel, clock advance, claim, heartbeat, complete, fail, acknowledge
@@ -19,7 +19,14 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import text
 
 from durablesched import (
     ErrorInfo,
@@ -30,7 +37,9 @@ from durablesched import (
     TaskNotFoundError,
     TaskState,
 )
+from durablesched.postgres import PostgresStore
 from durablesched.records import Claim, NewTask, Outcome
+from durablesched.sqlstore import SQLStore
 from durablesched.states import OPERATOR_TRANSITIONS, TRANSITIONS
 
 from ..conftest import T0
@@ -73,11 +82,14 @@ class StoresAgree(RuleBasedStateMachine):
         super().__init__()
         self.clock = ManualClock(T0)
         self.memory = MemoryStore(compact_min=4)
-        self.path = _fresh_db()
-        self.sql = SQLiteStore(self.path)
+        self.sql = self.make_sql()
         self.ids: list[int] = []
         self.held: list[Claim] = []
         self.cancelled_before_start: set[int] = set()
+
+    def make_sql(self) -> SQLStore:
+        self.path = _fresh_db()
+        return SQLiteStore(self.path)
 
     def teardown(self) -> None:
         self.sql.close()
@@ -86,7 +98,7 @@ class StoresAgree(RuleBasedStateMachine):
     def both(self, method: str, *args: Any, **kwargs: Any) -> Any:
         a = outcome(lambda: getattr(self.memory, method)(*args, **kwargs))
         b = outcome(lambda: getattr(self.sql, method)(*args, **kwargs))
-        assert a == b, f"{method}{args}: memory {a!r} != sqlite {b!r}"
+        assert a == b, f"{method}{args}: memory {a!r} != {self.sql.dialect.name} {b!r}"
         return a
 
     # -- rules ----------------------------------------------------------------------------------
@@ -258,3 +270,24 @@ StoresAgree.TestCase.settings = settings(
 
 #: Runs the state machine under pytest.
 TestStoresAgree = StoresAgree.TestCase
+
+
+class PostgresAgrees(StoresAgree):
+    """The same machine with PostgreSQL as the SQL side, in the test's own schema."""
+
+    url = ""
+
+    def make_sql(self) -> SQLStore:
+        store = PostgresStore(self.url)
+        with store.engine.begin() as conn:
+            conn.execute(text("TRUNCATE tasks, task_events, idempotency_keys CASCADE"))
+            conn.execute(text("UPDATE durablesched_counters SET value = 0"))
+        return store
+
+    def teardown(self) -> None:
+        self.sql.close()
+
+
+def test_postgres_agrees_with_memory(pg_url: str) -> None:
+    PostgresAgrees.url = pg_url
+    run_state_machine_as_test(PostgresAgrees, settings=StoresAgree.TestCase.settings)

@@ -1,0 +1,202 @@
+"""PostgreSQL specifics: migrations equal the metadata, the claim's plan and locking,
+the server's clock, NOTIFY wake-ups and clear errors for what PostgreSQL cannot store."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from freezegun import freeze_time
+from sqlalchemy import bindparam, text
+
+from durablesched import ManualClock, Scheduler, StoreError
+from durablesched.clock import ServerClock
+from durablesched.migrate import head_revision, upgrade
+from durablesched.postgres import PostgresStore, create_postgres_engine, postgres_url
+from durablesched.records import ErrorInfo, NewTask
+from durablesched.schema import metadata
+from durablesched.sqlstore import POSTGRES
+
+from ..conftest import T0, WAIT, at
+
+
+def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
+    engine = create_postgres_engine(pg_url)
+    try:
+        assert upgrade(engine) == head_revision()
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+            types: dict[str, str] = dict(
+                conn.execute(
+                    text(
+                        "SELECT column_name, data_type FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = 'tasks'"
+                    )
+                ).all()
+            )
+            views = set(
+                conn.execute(
+                    text(
+                        "SELECT table_name FROM information_schema.views "
+                        "WHERE table_schema = current_schema()"
+                    )
+                ).scalars()
+            )
+            conn.rollback()
+        assert diff == []
+        assert types["due_at"] == "timestamp with time zone"
+        assert types["args"] == "jsonb"
+        assert types["id"] == "bigint"
+        assert views == {"queue_summary", "tasks_due", "tasks_running", "tasks_failed"}
+    finally:
+        engine.dispose()
+
+
+def test_the_views_answer_on_postgres(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    past = datetime.now(UTC) - timedelta(minutes=1)
+    store.submit([NewTask("a", {}, past, 1), NewTask("b", {}, past, 1)], past)
+    [claim] = store.claim("w", 1, past, timedelta(hours=1))
+    store.fail(claim, ErrorInfo.from_exception(ValueError("boom")), None, past)
+    with store.engine.connect() as conn:
+        due = conn.execute(text("SELECT name, lag_seconds FROM tasks_due")).all()
+        failed = conn.execute(text("SELECT error_type, error_message FROM tasks_failed")).all()
+        summary: dict[str, int] = dict(
+            conn.execute(text("SELECT state, tasks FROM queue_summary")).all()
+        )
+        conn.rollback()
+    store.close()
+    assert [r.name for r in due] == ["b"] and due[0].lag_seconds >= 59
+    assert failed == [("builtins.ValueError", "boom")]
+    assert summary == {"PENDING": 1, "FAILED": 1}
+
+
+def test_claim_plan_walks_the_partial_index(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    store.submit([NewTask(f"t{i % 3}", {}, at(10 + i % 50), 3) for i in range(3000)], T0)
+    for claim in store.claim("w", 1500, at(60), timedelta(seconds=30)):
+        store.complete(claim, None, at(60))
+    with store.engine.connect() as conn:
+        conn.execute(text("ANALYZE tasks"))
+        plan = conn.execute(
+            text("EXPLAIN " + POSTGRES.claim_named.text).bindparams(
+                bindparam("names", expanding=True)
+            ),
+            {
+                "owner": "w",
+                "lease_expires_at": at(100),
+                "now": at(30),
+                "limit": 8,
+                "names": ["t1", "t2"],
+            },
+        ).scalars()
+        joined = "\n".join(plan)
+        conn.rollback()
+    store.close()
+    assert "ix_tasks_claimable" in joined, joined
+    assert "Seq Scan on tasks" not in joined, joined
+
+
+def test_concurrent_claimers_skip_each_others_rows_and_never_share_one(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=8)
+    store.submit([NewTask("t", {}, at(10), 1) for _ in range(400)], T0)
+    taken: list[list[int]] = [[] for _ in range(6)]
+    start = threading.Barrier(6)
+
+    def claimer(i: int) -> None:
+        start.wait(WAIT)
+        while claims := store.claim(f"w{i}", 7, at(10), timedelta(seconds=30)):
+            assert len(claims) <= 7
+            taken[i].extend(c.task_id for c in claims)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 3)
+    store.close()
+    everything = [task_id for ids in taken for task_id in ids]
+    assert sorted(everything) == list(range(1, 401))  # each claimed once, none left
+    assert sum(1 for ids in taken if ids) >= 2  # they really ran side by side
+
+
+def test_the_server_clock_judges_leases_whatever_this_host_says(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        # This host's clock is an hour fast; the scheduler's clock still follows the server.
+        with freeze_time(datetime.now(UTC) + timedelta(hours=1), tick=True):
+            clock = Scheduler(store).clock
+            assert isinstance(clock, ServerClock)
+            assert abs((clock.now() - store.server_time()).total_seconds()) < 1
+            assert datetime.now(UTC) - clock.now() > timedelta(minutes=59)
+            assert abs(clock.offset + timedelta(hours=1)) < timedelta(seconds=1)
+    finally:
+        store.close()
+
+
+def test_the_server_clock_is_read_once_per_resync(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    calls = 0
+
+    def read() -> datetime:
+        nonlocal calls
+        calls += 1
+        return store.server_time()
+
+    clock = ServerClock(read, resync=3600)
+    first, second = clock.now(), clock.now()
+    store.close()
+    assert calls == 1 and first <= second
+
+
+def test_a_failed_clock_reading_keeps_the_last_offset() -> None:
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    answers: list[datetime | Exception] = [base, RuntimeError("server gone")]
+
+    def read() -> datetime:
+        answer = answers.pop(0) if answers else base
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    clock = ServerClock(read, resync=0)
+    second = clock.now()  # the reading fails: the old offset stands
+    assert base <= second < base + timedelta(seconds=WAIT)
+
+
+def test_a_submit_wakes_a_listening_watcher_on_commit(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    other = PostgresStore(pg_url)
+    watcher = store.watch_changes()
+    woke = threading.Event()
+    watcher.start(lambda error: woke.set() if error is None else None)
+    try:
+        woke.clear()
+        with other.engine.begin() as conn:
+            Scheduler(other, clock=ManualClock(T0)).submit("t", connection=conn)
+            # Not yet: NOTIFY is delivered when the transaction commits. (The
+            # safety poll may still wake it; the next check is what counts.)
+        assert woke.wait(WAIT)
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
+def test_nul_in_arguments_is_refused_with_a_clear_error(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    store.submit([NewTask("ok", {"x": 1}, T0, 1)], T0)
+    with pytest.raises(StoreError, match="NUL"):
+        Scheduler(store, clock=ManualClock(T0)).submit("t", {"s": "a\x00b"})
+    assert [t.name for t in store.list_tasks()] == ["ok"]  # nothing stored was harmed
+    store.close()
+
+
+def test_urls_name_the_psycopg_driver() -> None:
+    assert postgres_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
+    assert postgres_url("postgres://u@h/db").startswith("postgresql+psycopg://")
+    with pytest.raises(Exception, match="psycopg 3"):
+        postgres_url("postgresql+asyncpg://u@h/db")
