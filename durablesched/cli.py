@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from .backends import create_engine_for, open_store
 from .clock import SystemClock
+from .copy import copy_live_tasks
 from .errors import (
     DurableSchedError,
     InvalidTaskError,
@@ -39,7 +40,18 @@ from .states import TaskState
 from .worker import Worker
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-COMMANDS = ("migrate", "worker", "submit", "ls", "show", "cancel", "retry", "stats", "purge")
+COMMANDS = (
+    "migrate",
+    "worker",
+    "submit",
+    "ls",
+    "show",
+    "cancel",
+    "retry",
+    "stats",
+    "purge",
+    "copy",
+)
 ENV_PREFIX = "DURABLESCHED_"
 
 #: Defaults, in one place.
@@ -533,6 +545,38 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_copy(args: argparse.Namespace) -> int:
+    batch = _positive_int("--batch", args.batch)
+    if not args.source or not args.to:
+        raise UsageError("copy needs --from URL and --to URL")
+    durability = _durability(args.durability)
+    source = open_store(args.source, durability=durability)
+    try:
+        destination = open_store(args.to, durability=durability)
+        try:
+            report = copy_live_tasks(source, destination, SystemClock().now, batch=batch)
+        finally:
+            destination.close()
+    finally:
+        source.close()
+    if args.json:
+        _print_json(
+            {
+                "copied": report.copied,
+                "already_copied": report.already,
+                "deduplicated_by_key": report.by_key,
+                "mapping": {str(k): v for k, v in report.mapping.items()},
+            }
+        )
+    else:
+        print(
+            f"moved {report.moved} live task(s): {report.copied} copied, "
+            f"{report.already} copied by an earlier run, "
+            f"{report.by_key} already present by idempotency key"
+        )
+    return EXIT_OK
+
+
 # -- the parser --------------------------------------------------------------------------------
 
 
@@ -626,6 +670,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("purge", cmd_purge, "delete finished tasks older than a duration")
     p.add_argument("--older-than", required=True, help="for example 7d, 24h, 90m")
     p.add_argument("--batch", default="10000", help="rows per transaction (default 10000)")
+    p = command("copy", cmd_copy, "move live tasks to another database, safely repeatable")
+    p.add_argument("--from", dest="source", help="the database the tasks leave")
+    p.add_argument("--to", help="the database they go to (created if new)")
+    p.add_argument("--batch", default="500", help="tasks per transaction (default 500)")
     return parser
 
 

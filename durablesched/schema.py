@@ -123,3 +123,15 @@ counters = Table(
     Column("name", Text, primary_key=True),
     Column("value", Id, nullable=False),
 )
+
+#: Tasks received by ``durablesched copy``: (source database's instance, its task id)
+#: -> the task here, so that copying again never makes a second one.
+copies = Table(
+    "durablesched_copies",
+    metadata,
+    Column("source", Id, primary_key=True),
+    Column("source_id", Id, primary_key=True),
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("copied_at", Time, nullable=False),
+)
+Index("ix_durablesched_copies_task_id", copies.c.task_id)

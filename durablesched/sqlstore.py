@@ -193,9 +193,40 @@ SQL_PURGE_BATCH = text(
     "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
     "ORDER BY finished_at LIMIT :batch)"
 )
-SQL_LIVE = text(
-    f"SELECT {TASK_COLUMNS} FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after "
-    "ORDER BY id LIMIT :batch"
+# -- copy: live tasks handed over from one database to another ----------------------------------
+
+SQL_INSTANCE = text("SELECT value FROM durablesched_counters WHERE name = 'instance'")
+SQL_LIVE_IDS = text(
+    f"SELECT id, state FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after ORDER BY id LIMIT :batch"
+)
+#: Live tasks leave the source as CANCELLED (no worker there can run them again)
+#: before they exist in the destination; the event's detail says where they went.
+SQL_HAND_OVER = text(
+    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
+    f"WHERE id IN :ids AND {CLAIMABLE_SQL} RETURNING {TASK_COLUMNS}"
+).bindparams(bindparam("ids", expanding=True))
+#: Handed over but not yet confirmed: a copy that stopped half way finishes these first.
+SQL_IN_TRANSIT = text(
+    f"SELECT {', '.join('t.' + c for c in TASK_COLUMNS.split(', '))}, e.id AS event_id, "
+    "e.detail FROM tasks t JOIN task_events e ON e.task_id = t.id "
+    "WHERE t.state = 'CANCELLED' AND e.state = 'CANCELLED' AND e.detail LIKE :prefix "
+    "ORDER BY t.id"
+)
+SQL_CONFIRM_MOVE = text("UPDATE task_events SET detail = :detail WHERE id = :event_id")
+SQL_EVENT_ID = text(
+    "SELECT id FROM task_events WHERE task_id = :task_id AND detail = :detail ORDER BY id DESC"
+)
+SQL_COPIED = text(
+    "SELECT task_id FROM durablesched_copies WHERE source = :source AND source_id = :source_id"
+)
+SQL_RECORD_COPY = text(
+    "INSERT INTO durablesched_copies (source, source_id, task_id, copied_at) "
+    "VALUES (:source, :source_id, :task_id, :now)"
+)
+SQL_INSERT_COPY = text(
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "last_error, idempotency_key, created_at, updated_at) VALUES (:id, :id, :name, :args, "
+    ":state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, :created_at, :now)"
 )
 
 # -- where SQLite and PostgreSQL differ ----------------------------------------------------------
@@ -822,16 +853,126 @@ class SQLStore:
             if deleted < batch:
                 return total
 
-    def live_tasks(self, *, batch: int = 1_000) -> Iterator[list[TaskRecord]]:
-        """PENDING and RETRY_WAIT tasks in id order, a batch (one short read) at a time."""
-        after = 0
-        while True:
-            with self._read("reading live tasks") as conn:
-                rows = conn.execute(SQL_LIVE, {"after": after, "batch": batch}).all()
-            if not rows:
-                return
-            yield [_record(r) for r in rows]
-            after = rows[-1].id
+    # -- copy (not part of the Store protocol) ----------------------------------------------------
+
+    def instance(self) -> int:
+        """This database's random identity, made by its migrations."""
+        with self._read("reading the database identity") as conn:
+            return int(conn.execute(SQL_INSTANCE).scalar_one())
+
+    def hand_over(
+        self, destination: int, now: datetime, *, after: int = 0, batch: int = 500
+    ) -> list[tuple[TaskRecord, TaskState]]:
+        """Take up to ``batch`` live tasks with ids above ``after`` out of this database.
+
+        Each becomes CANCELLED here, with a history line saying it is moving to
+        ``destination``; returns each as it was (record, state before). Until
+        :meth:`confirm_move`, :meth:`in_transit` finds them again.
+        """
+        with self._write("handing over live tasks") as conn:
+            live = {
+                r.id: r.state for r in conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch})
+            }
+            if not live:
+                return []
+            rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": self._t(now)}).all()
+            moved = sorted(
+                ((_record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id
+            )
+            for record, state in moved:
+                self._event(
+                    conn,
+                    record.id,
+                    now,
+                    TaskState.CANCELLED,
+                    record.attempts,
+                    _moving(destination, state),
+                )
+        return moved
+
+    def in_transit(self, destination: int) -> list[tuple[TaskRecord, TaskState]]:
+        """Tasks handed over to ``destination`` whose arrival was never confirmed."""
+        prefix = _moving(destination, None)
+        with self._read("finding tasks in transit") as conn:
+            rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
+        return [(_record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+
+    def confirm_move(
+        self, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
+    ) -> None:
+        """Rewrite each hand-over line to say which task it became there."""
+        with self._write("confirming moved tasks") as conn:
+            for record, state, new_id in moved:
+                event_id = conn.execute(
+                    SQL_EVENT_ID, {"task_id": record.id, "detail": _moving(destination, state)}
+                ).scalar()
+                if event_id is not None:
+                    conn.execute(
+                        SQL_CONFIRM_MOVE,
+                        {
+                            "event_id": event_id,
+                            "detail": f"moved to database {destination} as task {new_id} "
+                            f"(was {state.value})",
+                        },
+                    )
+
+    def receive(
+        self, source: int, moved: Sequence[tuple[TaskRecord, TaskState]], now: datetime
+    ) -> list[tuple[int, str]]:
+        """Store tasks handed over by database ``source``, each at most once ever.
+
+        Returns, per task, (its id here, how): "copied", "already" (copied
+        before) or "key" (a task here already holds its idempotency key).
+        """
+        results: list[tuple[int, str]] = []
+        with self._write("receiving copied tasks") as conn:
+            if self.dialect.lock_submissions is not None:
+                conn.execute(self.dialect.lock_submissions)
+            stamp = self._t(now)
+            for record, state in moved:
+                ref = {"source": source, "source_id": record.id}
+                known = conn.execute(SQL_COPIED, ref).scalar()
+                if known is not None:
+                    results.append((int(known), "already"))
+                    continue
+                holder = None
+                if record.idempotency_key is not None:
+                    holder = conn.execute(SQL_FIND_KEY, {"key": record.idempotency_key}).scalar()
+                if holder is not None:
+                    conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
+                    results.append((int(holder), "key"))
+                    continue
+                new_id = int(conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one())
+                conn.execute(
+                    SQL_INSERT_COPY,
+                    {
+                        "id": new_id,
+                        "name": record.name,
+                        "args": _dump(record.args),
+                        "state": state.value,
+                        "due_at": self._t(record.due_at),
+                        "attempts": record.attempts,
+                        "max_attempts": record.max_attempts,
+                        "last_error": None
+                        if record.last_error is None
+                        else _error_json(record.last_error),
+                        "key": record.idempotency_key,
+                        "created_at": self._t(record.created_at),
+                        "now": stamp,
+                    },
+                )
+                self._event(
+                    conn,
+                    new_id,
+                    now,
+                    state,
+                    record.attempts,
+                    f"copied from database {source} task {record.id}",
+                )
+                conn.execute(SQL_RECORD_COPY, {**ref, "task_id": new_id, "now": stamp})
+                results.append((new_id, "copied"))
+            self._wake_others(conn)
+        return results
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -1089,6 +1230,12 @@ class SQLStore:
             "fence": claim.fence,
             "now": self._t(now),
         }
+
+
+def _moving(destination: int, state: TaskState | None) -> str:
+    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
+    head = f"moving to database {destination} "
+    return head if state is None else f"{head}(was {state.value})"
 
 
 def _record(row: Row[Any]) -> TaskRecord:

@@ -56,7 +56,7 @@ def test_migrate_prints_the_revision_and_db_comes_from_the_environment(tmp_path:
     db = tmp_path / "env.db"
     result = cli("migrate", db=db)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "schema at revision 0002"
+    assert result.stdout.strip() == "schema at revision 0003"
     assert db.exists()
 
 
@@ -279,3 +279,21 @@ def test_a_worker_whose_database_file_is_removed_exits_non_zero(tmp_path: Path) 
         assert not db.exists(), "a new, empty database was created in the removed one's place"
     finally:
         workers.stop_all()
+
+
+def test_copy_moves_live_tasks_to_postgres_and_back_once(tmp_path: Path, pg_url: str) -> None:
+    lite = tmp_path / "lite.db"
+    ids = [
+        as_json(cli("submit", "record", "--args", f'{{"n": {n}}}', "--json", db=lite))["id"]
+        for n in range(3)
+    ]
+    there = as_json(cli("copy", "--from", str(lite), "--to", pg_url, "--json"))
+    assert there["copied"] == 3 and sorted(map(int, there["mapping"])) == ids
+    assert as_json(cli("copy", "--from", str(lite), "--to", pg_url, "--json"))["copied"] == 0
+    assert all(state_of(lite, i) is TaskState.CANCELLED for i in ids)
+    back = as_json(cli("copy", "--from", pg_url, "--to", str(tmp_path / "new.db"), "--json"))
+    assert back["copied"] == 3
+    listed = as_json(cli("ls", "--json", db=tmp_path / "new.db"))
+    assert sorted(t["args"]["n"] for t in listed) == [0, 1, 2]
+    missing = cli("copy", "--from", str(lite))
+    assert missing.returncode == 2 and "--to" in missing.stderr

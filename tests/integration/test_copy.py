@@ -1,0 +1,147 @@
+"""`copy`: live tasks move between databases, at most once, and survive a copy cut short."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from durablesched import ConfigurationError, ErrorInfo, TaskState
+from durablesched.copy import copy_live_tasks
+from durablesched.postgres import PostgresStore
+from durablesched.records import NewTask
+from durablesched.sqlite import SQLiteStore
+from durablesched.sqlstore import SQLStore
+
+from ..conftest import T0, at
+
+LEASE = timedelta(seconds=30)
+PAIRS = ["sqlite->postgres", "postgres->sqlite", "sqlite->sqlite"]
+
+
+def _open(kind: str, path: Path, request: pytest.FixtureRequest) -> SQLStore:
+    if kind == "postgres":
+        return PostgresStore(request.getfixturevalue("pg_url"))
+    return SQLiteStore(path)
+
+
+@pytest.fixture(params=PAIRS)
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[SQLStore, SQLStore]:
+    source_kind, destination_kind = str(request.param).split("->")
+    source = _open(source_kind, tmp_path / "source.db", request)
+    destination = _open(destination_kind, tmp_path / "destination.db", request)
+    request.addfinalizer(source.close)
+    request.addfinalizer(destination.close)
+    return source, destination
+
+
+def _fill(source: SQLStore) -> dict[str, int]:
+    """A pending, a delayed, a keyed, a retry-waiting, a running and a finished task."""
+    made = source.submit(
+        [
+            NewTask("plain", {"n": 1}, at(10), 3),
+            NewTask("later", {"n": 2}, at(500), 3),
+            NewTask("keyed", {"n": 3}, at(10), 3, "key-1"),
+            NewTask("flaky", {"n": 4}, at(10), 3),
+            NewTask("busy", {"n": 5}, at(10), 3),
+            NewTask("done", {"n": 6}, at(10), 3),
+        ],
+        T0,
+    )
+    names = ["plain", "later", "keyed", "flaky", "busy", "done"]
+    ids = dict(zip(names, [m.task_id for m in made], strict=True))
+    claims = {
+        c.name: c for c in source.claim("w", 10, at(10), LEASE, names={"flaky", "busy", "done"})
+    }
+    source.fail(claims["flaky"], ErrorInfo("E", "try again", ""), at(60), at(11))
+    source.complete(claims["done"], "ok", at(11))
+    return ids
+
+
+def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLStore]) -> None:
+    source, destination = pair
+    ids = _fill(source)
+    report = copy_live_tasks(source, destination, lambda: at(20))
+    assert (report.copied, report.already, report.by_key) == (4, 0, 0)
+    moved = {ids[n] for n in ("plain", "later", "keyed", "flaky")}
+    assert set(report.mapping) == moved
+    for source_id, new_id in report.mapping.items():
+        before, after = source.get(source_id), destination.get(new_id)
+        assert before is not None and after is not None
+        assert (after.name, after.args, after.due_at, after.idempotency_key) == (
+            before.name,
+            before.args,
+            before.due_at,
+            before.idempotency_key,
+        )
+        assert after.attempts == before.attempts and after.max_attempts == before.max_attempts
+        assert before.state is TaskState.CANCELLED  # it can never run in the source again
+        assert source.history(source_id)[-1].detail == (
+            f"moved to database {report.destination} as task {new_id} (was {after.state.value})"
+        )
+    flaky = destination.get(report.mapping[ids["flaky"]])
+    assert flaky is not None and flaky.state is TaskState.RETRY_WAIT and flaky.attempts == 1
+    assert flaky.last_error is not None and flaky.last_error.message == "try again"
+    # Running and finished tasks stay where they are.
+    assert [source.get(ids[n]).state for n in ("busy", "done")] == [  # type: ignore[union-attr]
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
+    # The destination runs them, in (due_at, seq) order.
+    claimed = destination.claim("w2", 10, at(100), LEASE)
+    assert [c.name for c in claimed] == ["plain", "keyed", "flaky"]
+    again = copy_live_tasks(source, destination, lambda: at(30))
+    assert again.moved == 0
+    assert len(destination.list_tasks()) == 4
+
+
+def test_a_copy_cut_short_is_finished_by_the_next_and_nothing_doubles(
+    pair: tuple[SQLStore, SQLStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, destination = pair
+    ids = _fill(source)
+    real_receive = destination.receive
+    calls = 0
+
+    def receive_then_die(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyboardInterrupt  # killed between leaving the source and arriving
+        if calls == 2:
+            real_receive(*args, **kwargs)  # type: ignore[arg-type]
+            raise KeyboardInterrupt  # killed after arriving, before the source heard
+        return real_receive(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(destination, "receive", receive_then_die)
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            copy_live_tasks(source, destination, lambda: at(20), batch=2)
+    report = copy_live_tasks(source, destination, lambda: at(20), batch=2)
+    live = {ids[n] for n in ("plain", "later", "keyed", "flaky")}
+    assert set(report.mapping) == live  # all four delivered, none lost
+    assert report.already >= 1  # the second run's delivery was recognised, not repeated
+    assert len(destination.list_tasks()) == 4  # nothing doubled
+    assert sorted(t.name for t in destination.list_tasks()) == ["flaky", "keyed", "later", "plain"]
+
+
+def test_a_key_already_held_in_the_destination_is_not_copied_again(
+    pair: tuple[SQLStore, SQLStore],
+) -> None:
+    source, destination = pair
+    [held] = destination.submit([NewTask("keyed", {"n": 0}, at(10), 3, "key-1")], T0)
+    source.submit([NewTask("keyed", {"n": 3}, at(10), 3, "key-1")], T0)
+    report = copy_live_tasks(source, destination, lambda: at(20))
+    assert (report.copied, report.by_key) == (0, 1)
+    assert list(report.mapping.values()) == [held.task_id]
+    assert len(destination.list_tasks()) == 1
+
+
+def test_copying_a_database_onto_itself_is_refused(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "one.db")
+    same = SQLiteStore(tmp_path / "one.db")
+    with pytest.raises(ConfigurationError, match="same database"):
+        copy_live_tasks(store, same, lambda: T0)
+    store.close()
+    same.close()
