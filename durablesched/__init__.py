@@ -1,5 +1,6 @@
-"""durablesched: a durable job queue and task scheduler in one SQLite file."""
+"""durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL)."""
 
+from .backends import open_store as open_store
 from .clock import Clock as Clock
 from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
@@ -15,6 +16,7 @@ from .errors import TaskNotFoundError as TaskNotFoundError
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .memory import MemoryStore as MemoryStore
+from .postgres import PostgresStore as PostgresStore
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidTransitionError",
     "ManualClock",
     "MemoryStore",
+    "PostgresStore",
     "RetryPolicy",
     "SQLiteStore",
     "Scheduler",
@@ -56,4 +59,5 @@ __all__ = [
     "UnknownTaskNameError",
     "UnsupportedOperationError",
     "Worker",
+    "open_store",
 ]

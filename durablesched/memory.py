@@ -197,12 +197,12 @@ class MemoryStore:
         lease: timedelta,
         names: Collection[str] | None = None,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
-        results: list[OutcomeResult] = []
-        for outcome in outcomes:
+        results: list[OutcomeResult] = [None] * len(outcomes)
+        for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             try:
-                results.append(self._record(outcome, now))
+                results[index] = self._record(outcomes[index], now)
             except (InvalidTransitionError, UnsupportedOperationError) as e:
-                results.append(e)
+                results[index] = e
         return results, self.claim(owner, limit, now, lease, names) if limit > 0 else []
 
     def _record(self, outcome: Outcome, now: datetime) -> TaskState | None:

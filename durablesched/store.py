@@ -147,7 +147,10 @@ class Store(Protocol):
         :meth:`acknowledge_cancel` would, and answers with the task's new state,
         None if its claim was no longer valid, or the exception its effects
         (or a cancellation nobody requested) raised, in which case nothing of
-        that outcome was written. The claim is :meth:`claim`'s.
+        that outcome was written. Outcomes are recorded in task id order (the
+        order rows are locked in, so concurrent writers cannot deadlock; so
+        children get the same ids on every backend); answers come in the order
+        given. The claim is :meth:`claim`'s.
         """
         ...
 
