@@ -60,7 +60,7 @@ class Child:
             self.wait_rusage(30)
 
 
-def worker(db: Path, *args: str, durability: str = "full") -> Child:
+def worker(db: Path | str, *args: str, durability: str = "full") -> Child:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(  # noqa: S603 - our own command
         [
