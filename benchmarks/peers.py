@@ -14,7 +14,7 @@ from .common import ROOT, fresh
 
 def available() -> dict[str, bool]:
     found = {}
-    for module in ("huey", "litequeue", "persistqueue"):
+    for module in ("huey", "litequeue", "persistqueue", "pgqueuer", "procrastinate"):
         try:
             __import__(module)
             found[module] = True

@@ -200,6 +200,6 @@ def peer(name: str, n: int, processes: int, concurrency: int) -> float:
         for proc in workers:
             if proc.poll() is None:
                 proc.terminate()
-            proc.wait(30)
+            proc.communicate(timeout=30)  # reaps it and closes its pipe
     assert first is not None and last is not None, f"{name} did not finish"
     return n / (last - first)

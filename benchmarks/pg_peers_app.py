@@ -33,7 +33,7 @@ async def pgqueuer(action: str, url: str, arg: int) -> None:
         async def noop(job: Job) -> None:
             return None
 
-        await qm.run(mode=QueueExecutionMode.drain, max_concurrent_tasks=max(arg, 20))
+        await qm.run(mode=QueueExecutionMode.drain)  # its defaults: batches of 10
     await conn.close()
 
 

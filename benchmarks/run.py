@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import ours, peers, raw
+from . import ours, peers, pg, raw
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: What each peer lacks, for the table: their figures buy less than ours.
@@ -34,6 +34,10 @@ PEER_NOTES = {
     "retries, a consumer of its own (measured as a put/pop/done loop)",
     "persist-queue SQLiteAckQueue (its default)": "delayed tasks, lease expiry and reclaim, "
     "retries, a consumer of its own (measured as a put/get/ack loop); pickles its items",
+    "pgqueuer (PostgreSQL, its defaults: batches of 10, synchronous_commit on = ours)": "fencing "
+    "of outcome writes by claim, database effects committed with success, task history",
+    "procrastinate (PostgreSQL, its defaults)": "leases with automatic reclaim (stalled jobs "
+    "need an operator or a periodic task), fencing, result storage",
 }
 
 
@@ -114,9 +118,30 @@ def main(argv: list[str] | None = None) -> int:
     if found["persistqueue"]:
         step("persistqueue_ackqueue", lambda: peers.persistqueue_loop(tmp / "pq", size.peer))
 
+    _postgres(step, size, found)
+
     report = build_report(figures, size, found)
     write(report, args.out, smoke=args.smoke)
     return 0
+
+
+def _postgres(
+    step: Callable[[str, Callable[[], Any]], Any], size: Sizes, found: dict[str, bool]
+) -> None:
+    """Issue 7's figures: ours, a raw psycopg loop and the peers on the same server."""
+    if not pg.reachable():
+        print(f"PostgreSQL: no server at {pg.BASE_URL} (set BENCH_PG): its figures are left out")
+        return
+    print(f"PostgreSQL ({pg.BASE_URL}), each figure in a schema of its own:")
+    step("pg_raw_1_per_statement", partial(pg.raw_loop, size.raw // 4, 1))
+    step("pg_raw_32_per_statement", partial(pg.raw_loop, size.raw, 32))
+    for processes in (1, 4):
+        step(f"pg_e2e_{processes}proc_32slots", partial(pg.end_to_end, size.e2e, 32, processes))
+    step("pg_pickup", partial(pg.pickup, size.pickup))
+    for name in ("pgqueuer", "procrastinate"):
+        if found.get(name):
+            for processes in (1, 4):
+                step(f"pg_{name}_{processes}proc", partial(pg.peer, name, size.peer, processes, 32))
 
 
 class Sizes:
@@ -208,6 +233,8 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
             1024.0,
         ),
     ]
+    if "pg_e2e_1proc_32slots" in figures:
+        targets += _pg_targets(figures)
     return {
         "machine": {
             "python": platform.python_version(),
@@ -222,6 +249,26 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
             for name, value, op, goal in targets
         ],
     }
+
+
+def _pg_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float]]:
+    """Issue 7's targets: ahead of both PostgreSQL peers at 1 and 4 processes, and scaling."""
+
+    def best_peer(processes: int) -> float:
+        rates = [
+            _rate(figures, f"pg_{name}_{processes}proc")
+            for name in ("pgqueuer", "procrastinate")
+            if f"pg_{name}_{processes}proc" in figures
+        ]
+        return max(rates) if rates else float("nan")
+
+    one, four = _rate(figures, "pg_e2e_1proc_32slots"), _rate(figures, "pg_e2e_4proc_32slots")
+    return [
+        ("PG1. PostgreSQL e2e 1 process / best peer (1 process)", one / best_peer(1), ">=", 1.0),
+        ("PG2. PostgreSQL e2e 4 processes / best peer (4)", four / best_peer(4), ">=", 1.0),
+        ("PG3. PostgreSQL e2e 4 processes / 1 process", four / one, ">=", 1.5),
+        ("PG4. PostgreSQL pickup p50 (ms)", figures["pg_pickup"]["pickup_p50_ms"], "<=", 10.0),
+    ]
 
 
 def _met(value: float, op: str, goal: float) -> bool | None:
@@ -263,6 +310,21 @@ def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
     _chart(report, out / f"{stem}.png")
 
 
+#: The figures the chart shows: throughput of every system.
+CHARTED = (
+    "e2e_",
+    "raw_1",
+    "raw_32",
+    "huey",
+    "litequeue",
+    "persistqueue",
+    "pg_e2e",
+    "pg_raw",
+    "pg_pgqueuer",
+    "pg_procrastinate",
+)
+
+
 def _chart(report: dict[str, Any], path: Path) -> None:
     try:
         import matplotlib  # noqa: PLC0415 - optional
@@ -272,11 +334,7 @@ def _chart(report: dict[str, Any], path: Path) -> None:
     except ImportError:
         print("(matplotlib not installed: no chart)")
         return
-    rates = {
-        k: _rate(report["figures"], k)
-        for k in report["figures"]
-        if k.startswith(("e2e_", "raw_1", "raw_32", "huey", "litequeue", "persistqueue"))
-    }
+    rates = {k: _rate(report["figures"], k) for k in report["figures"] if k.startswith(CHARTED)}
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(rates) + 1))
     ax.barh(list(rates), list(rates.values()))
     ax.set_xlabel("tasks per second (no-op tasks)")
