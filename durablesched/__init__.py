@@ -13,6 +13,7 @@ from .errors import SchemaError as SchemaError
 from .errors import StoreError as StoreError
 from .errors import TaskCancelled as TaskCancelled
 from .errors import TaskNotFoundError as TaskNotFoundError
+from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .memory import MemoryStore as MemoryStore
@@ -56,6 +57,7 @@ __all__ = [
     "TaskRecord",
     "TaskRegistry",
     "TaskState",
+    "TaskTimeout",
     "UnknownTaskNameError",
     "UnsupportedOperationError",
     "Worker",

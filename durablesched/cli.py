@@ -62,6 +62,8 @@ DEFAULTS: dict[str, str] = {
     "lease": "30",
     "grace": "30",
     "log_level": "info",
+    "environment": "thread",
+    "cancel_grace": "5",
 }
 #: --log-level names; per-task lines are INFO, so "warning" keeps only trouble.
 LOG_LEVELS = {
@@ -194,9 +196,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}"
         )
     logging.getLogger("durablesched").setLevel(level)
+    if args.environment not in ("thread", "process"):
+        raise UsageError(f"--environment must be 'thread' or 'process', got {args.environment!r}")
+    cancel_grace = _positive_float("--cancel-grace", args.cancel_grace)
     store = open_store(args.db, durability=_durability(args.durability))
     scheduler = Scheduler(store, registry=registry)
-    worker = Worker(scheduler, concurrency=concurrency, lease=lease)
+    worker = Worker(
+        scheduler,
+        concurrency=concurrency,
+        lease=lease,
+        environment=args.environment,
+        cancel_grace=cancel_grace,
+    )
     signals_seen = 0
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -630,6 +641,16 @@ def build_parser() -> argparse.ArgumentParser:
     _option(p, "--concurrency", help="how many tasks run at once")
     _option(p, "--lease", help="lease length in seconds; heartbeats renew it")
     _option(p, "--grace", help="seconds running tasks get to finish after SIGTERM")
+    _option(
+        p,
+        "--environment",
+        help="where tasks that do not say run: thread, or process (cancel and timeout enforced)",
+    )
+    _option(
+        p,
+        "--cancel-grace",
+        help="seconds a task in a process has to stop when cancelled before it is terminated",
+    )
     _option(
         p,
         "--log-level",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import TaskCancelled
+from .errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
 from .records import Claim, NewTask
 from .store import Effect
 from .submission import build_task
@@ -35,8 +36,13 @@ class TaskContext:
         self._cancelled = False
         self._lost = False
         self._cancel_event: threading.Event | None = None
+        self._cancel_hooks: list[Callable[[], object]] = []
         self.children: list[NewTask] = []
         self.effects: list[Effect] = []
+        #: "thread" or "process": where this attempt runs (docs/execution.md).
+        self.environment = "thread"
+        #: ``time.monotonic()`` past which this attempt has overrun its timeout.
+        self.deadline: float | None = None
 
     @property
     def task_id(self) -> int:
@@ -69,14 +75,22 @@ class TaskContext:
         return self._cancelled or self._lost
 
     @property
+    def timed_out(self) -> bool:
+        """True once this attempt ran past its task's timeout: it will count as a failure."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    @property
     def lease_lost(self) -> bool:
         """True once a heartbeat found the claim gone: no outcome of this attempt will count."""
         return self._lost
 
     def raise_if_cancelled(self) -> None:
-        """Acknowledge a requested cancellation by raising :class:`TaskCancelled`."""
+        """Acknowledge a requested cancellation by raising :class:`TaskCancelled`,
+        or an overrun timeout by raising :class:`TaskTimeout`."""
         if self.cancel_requested:
             raise TaskCancelled(f"task {self.task_id} stopped on request")
+        if self.timed_out:
+            raise TaskTimeout(f"task {self.task_id} ran past its timeout")
 
     def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Block up to ``timeout`` seconds for a cancellation request; True if one came."""
@@ -116,7 +130,14 @@ class TaskContext:
 
         If the lease was lost, that transaction rolls back and the effect never
         happens. Keep effects short: they run while the database write lock is held.
+        Not available in the process environment: the child process has no
+        database connection (submit children, or use the idempotency key).
         """
+        if self.environment == "process":
+            raise UnsupportedOperationError(
+                f"task {self.name!r} runs in the process environment, where database "
+                "effects cannot be committed with its success (docs/execution.md)"
+            )
         self.effects.append(effect)
 
     # The worker's side.
@@ -125,6 +146,17 @@ class TaskContext:
             self._cancelled = True
             if self._cancel_event is not None:
                 self._cancel_event.set()
+            hooks = list(self._cancel_hooks)
+        for hook in hooks:
+            hook()
+
+    def _on_cancel(self, hook: Callable[[], object]) -> None:
+        """Call ``hook`` when cancellation is requested (at once if it already was)."""
+        with _EVENT_LOCK:
+            self._cancel_hooks.append(hook)
+            already = self._cancelled
+        if already:
+            hook()
 
     def _mark_lease_lost(self) -> None:
         self._lost = True

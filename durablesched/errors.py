@@ -6,6 +6,7 @@ DurableSchedError
 ├── InvalidTransitionError              a state change the state machine forbids
 ├── UnknownTaskNameError (LookupError)  the registry has no task of that name
 ├── TaskCancelled                       raised by a task to acknowledge cancellation
+├── TaskTimeout                         an attempt ran past its task's timeout
 ├── StoreError                          the backend could not do what was asked
 │   ├── UnsupportedOperationError       this backend cannot do it at all
 │   └── SchemaError                     the database is not one we can use as is
@@ -41,6 +42,12 @@ class TaskCancelled(DurableSchedError):
     The worker then records the task as CANCELLED (if cancellation was really
     requested and the claim is still valid).
     """
+
+
+class TaskTimeout(DurableSchedError):
+    """An attempt ran past its task's timeout: it counts as a failure and follows the
+    retry policy. Raised by ``ctx.raise_if_cancelled()`` once the time is up, and
+    recorded as the error of an attempt stopped or finished too late."""
 
 
 class StoreError(DurableSchedError):

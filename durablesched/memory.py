@@ -111,6 +111,8 @@ class MemoryStore:
         now: datetime,
         lease: timedelta,
         names: Collection[str] | None = None,
+        *,
+        process_names: Collection[str] = (),
     ) -> list[Claim]:
         claims: list[Claim] = []
         skipped: list[_HeapEntry] = []
@@ -124,7 +126,7 @@ class MemoryStore:
                 if names is not None and task.name not in names:
                     skipped.append(entry)
                     continue
-                claims.append(self._start(task, owner, now, lease))
+                claims.append(self._start(task, owner, now, lease, task.name in process_names))
             for entry in skipped:
                 heapq.heappush(self._heap, entry)
         return claims
@@ -196,6 +198,7 @@ class MemoryStore:
         limit: int,
         lease: timedelta,
         names: Collection[str] | None = None,
+        process_names: Collection[str] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         results: list[OutcomeResult] = [None] * len(outcomes)
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
@@ -203,7 +206,12 @@ class MemoryStore:
                 results[index] = self._record(outcomes[index], now)
             except (InvalidTransitionError, UnsupportedOperationError) as e:
                 results[index] = e
-        return results, self.claim(owner, limit, now, lease, names) if limit > 0 else []
+        claims = (
+            self.claim(owner, limit, now, lease, names, process_names=process_names)
+            if limit > 0
+            else []
+        )
+        return results, claims
 
     def _record(self, outcome: Outcome, now: datetime) -> TaskState | None:
         if outcome.error is not None:
@@ -219,7 +227,9 @@ class MemoryStore:
         )
         return TaskState.SUCCEEDED if done else None
 
-    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+    def acknowledge_cancel(
+        self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
+    ) -> bool:
         with self._lock:
             task = self._valid(claim, claim.owner, now)
             if task is None:
@@ -228,7 +238,7 @@ class MemoryStore:
                 raise InvalidTransitionError(
                     f"task {task.id} cannot acknowledge a cancellation nobody requested"
                 )
-            self._finish(task, TaskState.CANCELLED, now, detail="cancellation acknowledged")
+            self._finish(task, TaskState.CANCELLED, now, detail=detail)
             return True
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
@@ -273,6 +283,8 @@ class MemoryStore:
                 return CancelOutcome.CANCELLED
             if task.cancel_requested_at is None:
                 self._put(replace(task, cancel_requested_at=now, updated_at=now))
+            if task.environment == "process":
+                return CancelOutcome.ENFORCED
             return CancelOutcome.REQUESTED
 
     def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
@@ -380,11 +392,14 @@ class MemoryStore:
             return None
         return task
 
-    def _start(self, task: TaskRecord, owner: str, now: datetime, lease: timedelta) -> Claim:
+    def _start(
+        self, task: TaskRecord, owner: str, now: datetime, lease: timedelta, in_process: bool
+    ) -> Claim:
         check_transition(task.state, TaskState.RUNNING)
         task = self._put(
             replace(
                 task,
+                environment="process" if in_process else None,
                 state=TaskState.RUNNING,
                 attempts=task.attempts + 1,
                 fence=task.fence + 1,

@@ -76,6 +76,9 @@ class TaskRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    #: Where the current or last attempt ran: None (a worker thread: cooperative
+    #: cancellation) or "process" (a child process: cancellation enforced).
+    environment: str | None = None
 
     @property
     def effective_key(self) -> str:
@@ -169,8 +172,12 @@ class CancelOutcome(StrEnum):
 
     #: It had not started and now never will.
     CANCELLED = "CANCELLED"
-    #: It is running; it was asked to stop and may still finish (cooperative).
+    #: It is running in a thread; it was asked to stop and may still finish (cooperative).
     REQUESTED = "REQUESTED"
+    #: It is running in a child process; it was asked to stop, and if it has not
+    #: stopped within the worker's grace period, the process is terminated and the
+    #: task ends CANCELLED (enforced; docs/execution.md).
+    ENFORCED = "ENFORCED"
     #: It had already finished; nothing changed.
     TOO_LATE = "TOO_LATE"
 

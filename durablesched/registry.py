@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, UnknownTaskNameError
@@ -12,14 +14,27 @@ from .retry import DEFAULT_RETRY, RetryPolicy
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: Where attempts may run (see durablesched.environments).
+ENVIRONMENTS = ("thread", "process")
+
+
 @dataclass(frozen=True, slots=True)
 class TaskDefinition:
-    """A registered task: its function and how it is retried."""
+    """A registered task: its function, how it is retried, where and how long it may run."""
 
     name: str
     fn: Callable[..., Any]
     retry: RetryPolicy
     pass_context: bool
+    #: "thread" or "process"; None means the worker's default.
+    environment: str | None = None
+    #: How long one attempt may run; None means no limit.
+    timeout: timedelta | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` function: it runs on the worker's event loop."""
+        return inspect.iscoroutinefunction(self.fn)
 
 
 class TaskRegistry:
@@ -40,15 +55,27 @@ class TaskRegistry:
         *,
         retry: RetryPolicy | None = None,
         pass_context: bool = False,
+        environment: str | None = None,
+        timeout: timedelta | float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function under ``name`` (default: its qualified name).
 
         With ``pass_context=True`` the function receives the :class:`TaskContext`
         as its first argument, before the task's keyword arguments.
+        ``environment`` ("thread" or "process", default: the worker's) says
+        where its attempts run, and ``timeout`` (seconds or a timedelta) how
+        long one may run: see docs/execution.md.
         """
 
         def decorate(fn: F) -> F:
-            self.register(fn, name=name, retry=retry, pass_context=pass_context)
+            self.register(
+                fn,
+                name=name,
+                retry=retry,
+                pass_context=pass_context,
+                environment=environment,
+                timeout=timeout,
+            )
             return fn
 
         return decorate
@@ -60,13 +87,27 @@ class TaskRegistry:
         name: str | None = None,
         retry: RetryPolicy | None = None,
         pass_context: bool = False,
+        environment: str | None = None,
+        timeout: timedelta | float | None = None,
     ) -> TaskDefinition:
         task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
         if not task_name or not task_name.strip():
             raise ConfigurationError("a task name must not be empty")
         if task_name in self._tasks:
             raise ConfigurationError(f"a task named {task_name!r} is already registered")
-        definition = TaskDefinition(task_name, fn, retry or self.default_retry, pass_context)
+        if environment is not None and environment not in ENVIRONMENTS:
+            raise ConfigurationError(
+                f"task {task_name!r}: environment must be 'thread' or 'process', "
+                f"got {environment!r}"
+            )
+        definition = TaskDefinition(
+            task_name,
+            fn,
+            retry or self.default_retry,
+            pass_context,
+            environment,
+            _timeout(task_name, timeout),
+        )
         self._tasks[task_name] = definition
         self._names = frozenset(self._tasks)
         return definition
@@ -95,3 +136,14 @@ class TaskRegistry:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+def _timeout(name: str, value: timedelta | float | None) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ConfigurationError(f"task {name!r}: timeout must be seconds or a timedelta")
+    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if step <= timedelta(0):
+        raise ConfigurationError(f"task {name!r}: timeout must be positive, got {value!r}")
+    return step

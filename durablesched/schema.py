@@ -62,6 +62,8 @@ tasks = Table(
     Column("created_at", Time, nullable=False),
     Column("updated_at", Time, nullable=False),
     Column("finished_at", Time),
+    #: Where the current or last attempt runs: NULL (a thread) or 'process'.
+    Column("environment", Text),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
     CheckConstraint("attempts >= 0", name="ck_tasks_attempts"),

@@ -56,7 +56,7 @@ VALID = (
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at"
+    "created_at, updated_at, finished_at, environment"
 )
 CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
 #: Names bound one parameter each (an expanding IN), compared exactly as stored.
@@ -126,9 +126,15 @@ SQL_CANCEL_WAITING = text(
 )
 SQL_CANCEL_RUNNING = text(
     "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
-    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL RETURNING id"
+    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL "
+    "RETURNING environment"
 )
 SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
+SQL_STATE_AND_ENVIRONMENT = text("SELECT state, environment FROM tasks WHERE id = :id")
+#: Claimed attempts that run in a child process: their cancellation is enforced.
+SQL_IN_PROCESS = text("UPDATE tasks SET environment = 'process' WHERE id IN :ids").bindparams(
+    bindparam("ids", expanding=True)
+)
 SQL_ANY_EXPIRED = text(
     "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
 )
@@ -235,7 +241,8 @@ SQL_INSERT_COPY = text(
 def _sqlite_claim(names: bool) -> str:
     return (
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
-        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
+        "environment = NULL "
         # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
         # the (state, name) index and sort; the claim must always walk this one.
         "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
@@ -254,8 +261,8 @@ def _postgres_claim(names: bool) -> str:
         f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
         "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED) "
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
-        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now "
-        "FROM picked WHERE tasks.id = picked.id "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
+        "environment = NULL FROM picked WHERE tasks.id = picked.id "
         f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}"
     )
 
@@ -592,11 +599,21 @@ class SQLStore:
         now: datetime,
         lease: timedelta,
         names: Collection[str] | None = None,
+        *,
+        process_names: Collection[str] = (),
     ) -> list[Claim]:
         if limit <= 0:
             return []
         with self._write("claiming tasks") as conn:
-            return self._claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
+            return self._claim(
+                conn,
+                owner=owner,
+                limit=limit,
+                now=now,
+                lease=lease,
+                names=names,
+                process_names=process_names,
+            )
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -639,9 +656,11 @@ class SQLStore:
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
             return self._fail(conn, Outcome(claim, error=error, retry_at=retry_at), now)
 
-    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+    def acknowledge_cancel(
+        self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
+    ) -> bool:
         with self._write(f"cancelling task {claim.task_id}") as conn:
-            return self._acknowledge(conn, claim, now) is not None
+            return self._acknowledge(conn, claim, now, detail) is not None
 
     def record_and_claim(
         self,
@@ -652,6 +671,7 @@ class SQLStore:
         limit: int,
         lease: timedelta,
         names: Collection[str] | None = None,
+        process_names: Collection[str] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Group commit: every outcome, then a claim into the freed slots, in one transaction.
 
@@ -661,7 +681,15 @@ class SQLStore:
         with self._write("recording outcomes and claiming") as conn:
             results = self._record_outcomes(conn, outcomes, now)
             claims = (
-                self._claim(conn, owner=owner, limit=limit, now=now, lease=lease, names=names)
+                self._claim(
+                    conn,
+                    owner=owner,
+                    limit=limit,
+                    now=now,
+                    lease=lease,
+                    names=names,
+                    process_names=process_names,
+                )
                 if limit > 0
                 else []
             )
@@ -696,13 +724,18 @@ class SQLStore:
                     conn, task_id, now, TaskState.CANCELLED, row.attempts, "cancelled before start"
                 )
                 return CancelOutcome.CANCELLED
-            if conn.execute(SQL_CANCEL_RUNNING, params).first() is not None:
-                return CancelOutcome.REQUESTED
-            state = conn.execute(SQL_STATE, params).scalar()
-            if state is None:
+            asked = conn.execute(SQL_CANCEL_RUNNING, params).first()
+            if asked is not None:
+                return _running_cancel(asked.environment)
+            row = conn.execute(SQL_STATE_AND_ENVIRONMENT, params).first()
+            if row is None:
                 raise TaskNotFoundError(f"no task with id {task_id}")
             # Asked before: the first request's time stands.
-            return CancelOutcome.REQUESTED if state == "RUNNING" else CancelOutcome.TOO_LATE
+            return (
+                _running_cancel(row.environment)
+                if row.state == "RUNNING"
+                else (CancelOutcome.TOO_LATE)
+            )
 
     def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
         stamp = self._t(now)
@@ -1037,6 +1070,7 @@ class SQLStore:
         now: datetime,
         lease: timedelta,
         names: Collection[str] | None,
+        process_names: Collection[str] = (),
     ) -> list[Claim]:
         stamp = self._t(now)
         params: dict[str, Any] = {
@@ -1051,6 +1085,9 @@ class SQLStore:
             params["names"] = sorted(names)
         rows = conn.execute(sql, params).all()
         if rows:
+            in_process = [r.id for r in rows if r.name in process_names]
+            if in_process:
+                conn.execute(SQL_IN_PROCESS, {"ids": in_process})
             detail = f"claimed by {owner}"
             conn.exec_driver_sql(
                 self.dialect.insert_events,
@@ -1194,7 +1231,13 @@ class SQLStore:
         self._event(conn, outcome.claim.task_id, now, state, row.attempts, outcome.error.message)
         return state
 
-    def _acknowledge(self, conn: Connection, claim: Claim, now: datetime) -> TaskState | None:
+    def _acknowledge(
+        self,
+        conn: Connection,
+        claim: Claim,
+        now: datetime,
+        detail: str = "cancellation acknowledged",
+    ) -> TaskState | None:
         params = self._claim_params(claim, now)
         row = conn.execute(SQL_ACK_CANCEL, params).first()
         if row is None:
@@ -1203,9 +1246,7 @@ class SQLStore:
                     f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
                 )
             return None
-        self._event(
-            conn, claim.task_id, now, TaskState.CANCELLED, row.attempts, "cancellation acknowledged"
-        )
+        self._event(conn, claim.task_id, now, TaskState.CANCELLED, row.attempts, detail)
         return TaskState.CANCELLED
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
@@ -1238,6 +1279,10 @@ class SQLStore:
         }
 
 
+def _running_cancel(environment: str | None) -> CancelOutcome:
+    return CancelOutcome.ENFORCED if environment == "process" else CancelOutcome.REQUESTED
+
+
 def _moving(destination: int, state: TaskState | None) -> str:
     """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
     head = f"moving to database {destination} "
@@ -1264,4 +1309,5 @@ def _record(row: Row[Any]) -> TaskRecord:
         created_at=from_db_time(row.created_at),
         updated_at=from_db_time(row.updated_at),
         finished_at=_opt_time(row.finished_at),
+        environment=row.environment,
     )

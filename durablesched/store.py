@@ -85,12 +85,16 @@ class Store(Protocol):
         now: datetime,
         lease: timedelta,
         names: Collection[str] | None = None,
+        *,
+        process_names: Collection[str] = (),
     ) -> list[Claim]:
         """Claim up to ``limit`` claimable tasks due at ``now``, earliest (due_at, seq) first.
 
         Each becomes RUNNING with ``owner``, a lease until ``now + lease``, one
         more attempt and a new fence. With ``names``, only tasks of those names
-        qualify (a worker never claims what it cannot run).
+        qualify (a worker never claims what it cannot run). Tasks named in
+        ``process_names`` are marked as running in a child process (their
+        cancellation is enforced); the others as running in a thread.
         """
         ...
 
@@ -140,6 +144,7 @@ class Store(Protocol):
         limit: int,
         lease: timedelta,
         names: Collection[str] | None = None,
+        process_names: Collection[str] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 
@@ -154,11 +159,14 @@ class Store(Protocol):
         """
         ...
 
-    def acknowledge_cancel(self, claim: Claim, now: datetime) -> bool:
+    def acknowledge_cancel(
+        self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
+    ) -> bool:
         """RUNNING -> CANCELLED for a task whose cancellation was requested.
 
         False if the claim is not valid; :class:`InvalidTransitionError` if
-        the claim is valid but no cancellation was requested.
+        the claim is valid but no cancellation was requested. ``detail`` is
+        the history line (a worker that terminated the task says so).
         """
         ...
 
@@ -172,6 +180,9 @@ class Store(Protocol):
 
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         """Cancel a task that has not started, or ask a running one to stop.
+
+        For a running task: ENFORCED if its attempt runs in a child process,
+        REQUESTED if in a thread.
 
         :class:`TaskNotFoundError` for an unknown id.
         """

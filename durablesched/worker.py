@@ -8,6 +8,8 @@ claim that started the attempt.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import os
 import random
@@ -22,15 +24,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .context import TaskContext
+from .environments import Environment, environment, run_in_child
 from .errors import (
     ConfigurationError,
     DurableSchedError,
     SchemaError,
     StoreError,
     TaskCancelled,
+    TaskTimeout,
 )
 from .records import Claim, ErrorInfo, Outcome
-from .registry import TaskRegistry
+from .registry import TaskDefinition, TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
 from .submission import canonical_json
@@ -69,6 +73,8 @@ class Worker:
         poll_interval: float = 0.01,
         commit_delay: float = 0.002,
         max_store_failures: int = 10,
+        environment: str | Environment = Environment.THREAD,
+        cancel_grace: float = 5.0,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -95,6 +101,19 @@ class Worker:
         self.commit_delay = commit_delay
         #: How many store errors in a row run() backs off from before it raises.
         self.max_store_failures = max_store_failures
+        #: Where a task that does not say runs its attempts (docs/execution.md).
+        self.environment = _environment(environment)
+        #: Seconds a task in the process environment has to stop by itself once
+        #: asked, before its process is terminated.
+        if isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float):
+            raise ConfigurationError(f"cancel_grace must be seconds, got {cancel_grace!r}")
+        if cancel_grace < 0:
+            raise ConfigurationError(f"cancel_grace must not be negative, got {cancel_grace!r}")
+        self.cancel_grace = float(cancel_grace)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+        #: (registry names, those that run in a process), recomputed if the names change.
+        self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._active: dict[int, _Running] = {}
@@ -134,7 +153,14 @@ class Worker:
         free = self.concurrency - self.active_count
         if free <= 0:
             return 0
-        claims = self.scheduler.store.claim(self.owner, free, now, self.lease, self.registry.names)
+        claims = self.scheduler.store.claim(
+            self.owner,
+            free,
+            now,
+            self.lease,
+            self.registry.names,
+            process_names=self._process_names(),
+        )
         for claim in claims:
             self._launch(claim)
         return len(claims)
@@ -149,7 +175,14 @@ class Worker:
         while True:
             now = self.scheduler.clock.now()
             self.reclaim(now)
-            claims = self.scheduler.store.claim(self.owner, 1, now, self.lease, self.registry.names)
+            claims = self.scheduler.store.claim(
+                self.owner,
+                1,
+                now,
+                self.lease,
+                self.registry.names,
+                process_names=self._process_names(),
+            )
             if not claims:
                 return ran
             running = self._register(claims[0])
@@ -373,7 +406,12 @@ class Worker:
         return min(times, default=None)
 
     def _register(self, claim: Claim) -> _Running:
-        running = _Running(claim, TaskContext(claim, self.scheduler))
+        ctx = TaskContext(claim, self.scheduler)
+        definition = self.registry.get(claim.name)
+        ctx.environment = self._environment_of(definition)
+        if definition.timeout is not None:
+            ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+        running = _Running(claim, ctx)
         with self._changed:
             if not self._active:
                 # Hear this process's cancel requests while we hold tasks.
@@ -404,34 +442,142 @@ class Worker:
             log.exception("task %s could not be run", claim.task_id)
             self._forget([running])
             raise
+        if outcome is None:  # already recorded: its process was terminated
+            self._forget([running])
+            return
         with self._changed:
             self._pending.append((running, outcome))
             if len(self._pending) >= len(self._active):
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self._drain()
 
-    def _run(self, claim: Claim, ctx: TaskContext) -> Outcome:
+    def _run(self, claim: Claim, ctx: TaskContext) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends
+        """One attempt, where its task says; None if it was already recorded (enforced)."""
+        started = time.monotonic()
         try:
             definition = self.registry.get(claim.name)
-            if definition.pass_context:
-                value: Any = definition.fn(ctx, **claim.args)
+            if ctx.environment == Environment.PROCESS:
+                return self._run_in_process(definition, claim, ctx)
+            if definition.is_async:
+                value: Any = self._run_async(definition, claim, ctx)
+            elif definition.pass_context:
+                value = definition.fn(ctx, **claim.args)
             else:
                 value = definition.fn(**claim.args)
             result = canonical_json(value, f"the result of task {claim.name!r}")
-        except TaskCancelled as exc:
+        except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if ctx.cancel_requested:
                 return Outcome(claim, cancelled=True)
             return self._failure(claim, exc)
+        except TimeoutError as exc:
+            if ctx.timed_out:  # the async timeout: cancelled at its next await
+                return self._failure(claim, _overran(definition, started))
+            return self._failure(claim, exc)
         except Exception as exc:
             return self._failure(claim, exc)
+        if ctx.timed_out:
+            # Finished, but too late: a timed-out attempt is a failure wherever it ran.
+            return self._failure(claim, _overran(definition, started))
         return Outcome(
             claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
         )
 
+    def _run_in_process(
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
+    ) -> Outcome | None:
+        started = time.monotonic()
+        detail = f"terminated after {self.cancel_grace:g}s grace: cancellation enforced"
+
+        def enforce() -> None:
+            # Invalidate the claim before the child dies: whatever it was about to
+            # report can no longer count.
+            try:
+                self.scheduler.store.acknowledge_cancel(
+                    claim, self.scheduler.clock.now(), detail=detail
+                )
+            except DurableSchedError as e:
+                # The request is stored: the reclaim of the lapsed lease ends it CANCELLED.
+                log.error("could not record the enforced cancel of task %s: %s", claim.task_id, e)
+
+        ended = run_in_child(
+            definition,
+            claim.args,
+            ctx,
+            deadline=ctx.deadline,
+            cancel_grace=self.cancel_grace,
+            on_enforce=enforce,
+        )
+        if ended.how == "terminated":
+            log.info(
+                "cancel: task %s (%s) attempt %s enforced: its process was terminated",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+            )
+            return None
+        if ended.how == "timeout":
+            return self._failure(claim, _overran(definition, started, killed=True))
+        if ended.how == "cancelled":
+            return Outcome(claim, cancelled=True)
+        if ended.error is not None:
+            return self._failure_info(claim, ended.error)
+        return Outcome(claim, result=ended.result, children=ended.children)
+
+    def _run_async(self, definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
+        """An ``async def`` task on the worker's event loop; cancel arrives at its next await."""
+        loop = self._event_loop()
+
+        async def call() -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            ctx._on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            if definition.pass_context:
+                awaitable = definition.fn(ctx, **claim.args)
+            else:
+                awaitable = definition.fn(**claim.args)
+            if ctx.deadline is None:
+                return await awaitable
+            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
+                return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="durablesched-asyncio", daemon=True
+                ).start()
+                self._loop = loop
+            return self._loop
+
+    def _environment_of(self, definition: TaskDefinition) -> Environment:
+        if definition.environment is not None:
+            return Environment(definition.environment)
+        return self.environment
+
+    def _process_names(self) -> frozenset[str]:
+        """The names whose attempts run in a child process (their cancel is enforced)."""
+        names = self.registry.names
+        cached = self._process_cache
+        if cached is None or cached[0] is not names:
+            chosen = frozenset(
+                n
+                for n in names
+                if self._environment_of(self.registry.get(n)) == Environment.PROCESS
+            )
+            self._process_cache = (names, chosen)
+            return chosen
+        return cached[1]
+
     def _failure(self, claim: Claim, exc: BaseException) -> Outcome:
+        return self._failure_info(claim, ErrorInfo.from_exception(exc))
+
+    def _failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
         now = self.scheduler.clock.now()
         retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
-        return Outcome(claim, error=ErrorInfo.from_exception(exc), retry_at=retry_at)
+        return Outcome(claim, error=error, retry_at=retry_at)
 
     def _drain(self) -> None:
         """Group commit: whichever thread gets here first records everything pending.
@@ -481,6 +627,7 @@ class Worker:
                 limit=limit,
                 lease=self.lease,
                 names=self.registry.names,
+                process_names=self._process_names(),
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
@@ -571,6 +718,17 @@ class Worker:
 
     def _retry_delay(self, name: str, attempt: int) -> timedelta:
         return self.registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _overran(definition: TaskDefinition, started: float, *, killed: bool = False) -> TaskTimeout:
+    assert definition.timeout is not None
+    limit = definition.timeout.total_seconds()
+    how = "its process was killed" if killed else f"it ran {time.monotonic() - started:.3f}s"
+    return TaskTimeout(f"timed out: the limit is {limit:g}s and {how}")
+
+
+def _environment(value: str | Environment) -> Environment:
+    return environment(value)
 
 
 def _seconds(value: timedelta | float, what: str) -> timedelta:

@@ -134,11 +134,16 @@ class StoresAgree(RuleBasedStateMachine):
     def advance(self, seconds: int) -> None:
         self.clock.advance(seconds)
 
-    @rule(owner=st.sampled_from(["w1", "w2"]), limit=st.integers(1, 3), named=st.booleans())
-    def claim(self, owner: str, limit: int, named: bool) -> None:
+    @rule(
+        owner=st.sampled_from(["w1", "w2"]),
+        limit=st.integers(1, 3),
+        named=st.booleans(),
+        in_process=st.sampled_from([(), ("a",), ("a", "c")]),
+    )
+    def claim(self, owner: str, limit: int, named: bool, in_process: tuple[str, ...]) -> None:
         now = self.clock.now()
         names = {"a", "b"} if named else None
-        claims = self.both("claim", owner, limit, now, LEASE, names)
+        claims = self.both("claim", owner, limit, now, LEASE, names, process_names=in_process)
         keys = [(c.due_at, c.seq) for c in claims]
         assert keys == sorted(keys), "claims out of (due_at, seq) order"
         for c in claims:
@@ -207,8 +212,9 @@ class StoresAgree(RuleBasedStateMachine):
                     cancelled=kind == "cancel",
                 )
             )
-        a = self.memory.record_and_claim(outcomes, now, owner=owner, limit=limit, lease=LEASE)
-        b = self.sql.record_and_claim(outcomes, now, owner=owner, limit=limit, lease=LEASE)
+        extra = {"owner": owner, "limit": limit, "lease": LEASE, "process_names": ("b",)}
+        a = self.memory.record_and_claim(outcomes, now, **extra)  # type: ignore[arg-type]
+        b = self.sql.record_and_claim(outcomes, now, **extra)  # type: ignore[arg-type]
         assert [_same(r) for r in a[0]] == [_same(r) for r in b[0]]
         assert a[1] == b[1]
         self.held.extend(a[1])

@@ -35,13 +35,15 @@ class FlakyStore(MemoryStore):
         now: datetime,
         lease: timedelta,
         names: Collection[str] | None = None,
+        *,
+        process_names: Collection[str] = (),
     ) -> list[Claim]:
         if self.failures is None or self.failures > 0:
             if self.failures is not None:
                 self.failures -= 1
             self.failed.release()
             raise StoreError("claiming tasks failed: database or disk is full")
-        return super().claim(owner, limit, now, lease, names)
+        return super().claim(owner, limit, now, lease, names, process_names=process_names)
 
 
 def test_passing_store_errors_are_retried_with_backoff() -> None:

@@ -1,0 +1,234 @@
+"""Where an attempt runs: a worker thread, or a child process the worker can terminate.
+
+In the **thread** environment cancellation and timeouts are cooperative: the
+task is told (``ctx.cancel_requested``, ``ctx.timed_out``) and must stop by
+itself. In the **process** environment each attempt runs in a child forked
+from the worker; the worker can stop it at any instruction. The child never
+touches the database: it sends its result (JSON, over a pipe) to the worker,
+which records it under the claim, so a child the worker has given up on can
+never commit anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import select
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .context import TaskContext
+from .errors import ConfigurationError, TaskCancelled
+from .records import ErrorInfo, NewTask
+from .registry import TaskDefinition
+from .submission import to_json
+
+
+class Environment(StrEnum):
+    """Where a task's attempts run."""
+
+    #: A worker thread: cheap; cancellation and timeouts are cooperative.
+    THREAD = "thread"
+    #: A child process per attempt: a few milliseconds more; both are enforced.
+    PROCESS = "process"
+
+
+def environment(value: str | Environment) -> Environment:
+    try:
+        return Environment(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"environment must be 'thread' or 'process', got {value!r}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnded:
+    """How an attempt in a child process ended, as the worker saw it."""
+
+    #: "result", "error", "cancelled", "timeout", "terminated" or "crashed".
+    how: str
+    result: Any = None
+    children: tuple[NewTask, ...] = ()
+    error: ErrorInfo | None = None
+
+
+#: How often the waiting worker thread looks at cancel requests and deadlines.
+TICK = 0.02
+
+
+def run_in_child(
+    definition: TaskDefinition,
+    args: dict[str, Any],
+    ctx: TaskContext,
+    *,
+    deadline: float | None,
+    cancel_grace: float,
+    on_enforce: Callable[[], None],
+) -> ChildEnded:
+    """Run one attempt in a forked child and wait for it, on the calling worker thread.
+
+    ``deadline`` is a ``time.monotonic()`` value; past it the child is killed
+    (a timeout). A cancel request is passed to the child (SIGUSR1, which sets
+    ``ctx.cancel_requested`` there); if the child has not ended ``cancel_grace``
+    seconds later, ``on_enforce()`` is called (it invalidates the claim) and
+    only then is the child killed.
+    """
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a threaded process: the child runs
+        # only the task function and leaves with os._exit (see docs/execution.md).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        _child(definition, args, ctx, write_end)
+    os.close(write_end)
+    try:
+        return _wait(pid, read_end, ctx, _Limits(deadline, cancel_grace, on_enforce))
+    finally:
+        os.close(read_end)
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    deadline: float | None
+    cancel_grace: float
+    on_enforce: Callable[[], None]
+
+
+def _wait(pid: int, fd: int, ctx: TaskContext, limits: _Limits) -> ChildEnded:
+    data = bytearray()
+    told_at: float | None = None
+    ended: str | None = None
+    while True:
+        now = time.monotonic()
+        if told_at is None and ctx.cancel_requested:
+            told_at = now
+            _signal(pid, signal.SIGUSR1)
+        if told_at is not None and now >= told_at + limits.cancel_grace:
+            limits.on_enforce()  # the claim is gone before the child is: nothing of it counts
+            ended = "terminated"
+            break
+        if limits.deadline is not None and now >= limits.deadline:
+            ended = "timeout"
+            break
+        ready, _, _ = select.select([fd], [], [], TICK)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break  # the child closed its end: it is done (or dead)
+            data += chunk
+    if ended is not None:
+        _signal(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if ended == "terminated":
+        return ChildEnded("terminated")
+    if ended == "timeout":
+        return ChildEnded("timeout")
+    try:
+        report = json.loads(data) if data else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        return ChildEnded("crashed", error=_crash(status))
+    return _ended(report)
+
+
+def _ended(report: dict[str, Any]) -> ChildEnded:
+    if "error" in report:
+        e = report["error"]
+        return ChildEnded(
+            "error", error=ErrorInfo(str(e["type"]), str(e["message"]), str(e["traceback"]))
+        )
+    if report.get("cancelled"):
+        return ChildEnded("cancelled")
+    children = tuple(
+        NewTask(
+            name=c["name"],
+            args=c["args"],
+            due_at=datetime.fromisoformat(c["due_at"]),
+            max_attempts=int(c["max_attempts"]),
+            idempotency_key=c["key"],
+        )
+        for c in report.get("children", [])
+    )
+    return ChildEnded("result", result=report.get("result"), children=children)
+
+
+def _crash(status: int) -> ErrorInfo:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+        hint = " (out of memory?)" if number == signal.SIGKILL else ""
+        message = f"the task's process was killed by signal {number} ({name}){hint}"
+    else:
+        message = f"the task's process exited with code {os.waitstatus_to_exitcode(status)}"
+    return ErrorInfo("durablesched.ProcessCrashed", message + " before reporting", "")
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        os.kill(pid, signum)
+
+
+def _child(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext, fd: int) -> None:
+    """In the forked child: run the function, report as JSON, and leave without cleanup."""
+    code = 0
+    try:
+        # Objects inherited from the worker (its connections among them) must
+        # never be finalised here: freeze them out of the collector's reach.
+        gc.freeze()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, lambda _n, _f: ctx._request_cancel())
+        report = _run(definition, args, ctx)
+        payload = json.dumps(report, ensure_ascii=False, allow_nan=False).encode()
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:  # nothing may escape into the worker's copy of the stack
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+    try:
+        value = definition.fn(ctx, **args) if definition.pass_context else definition.fn(**args)
+        if definition.is_async:
+            value = asyncio.run(value)
+        result = json.loads(to_json(value, f"the result of task {definition.name!r}"))
+    except TaskCancelled as exc:
+        if ctx.cancel_requested:
+            return {"cancelled": True}
+        return {"error": _error(exc)}
+    except BaseException as exc:
+        return {"error": _error(exc)}
+    return {
+        "result": result,
+        "children": [
+            {
+                "name": c.name,
+                "args": c.args,
+                "due_at": c.due_at.isoformat(),
+                "max_attempts": c.max_attempts,
+                "key": c.idempotency_key,
+            }
+            for c in ctx.children
+        ],
+    }
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    info = ErrorInfo.from_exception(exc)
+    return {"type": info.type, "message": info.message, "traceback": info.traceback}
