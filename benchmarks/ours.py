@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from durablesched import Scheduler, SQLiteStore
+from durablesched import MemoryStore, Scheduler, SQLiteStore
 from durablesched.records import NewTask
 from durablesched.sqlite import from_db_time
 
@@ -48,6 +48,7 @@ def end_to_end(
     durability: str,
     *,
     log_level: str = "warning",
+    environment: str = "thread",
 ) -> dict[str, float]:
     """No-op tasks/s from the first claim to the last finish, measured from the table.
 
@@ -65,6 +66,8 @@ def end_to_end(
             str(slots),
             "--log-level",
             log_level,
+            "--environment",
+            environment,
             durability=durability,
         )
         for _ in range(processes)
@@ -181,3 +184,29 @@ def memory_backend(n: int) -> float:
         check=True,
     ).stdout
     return float(json.loads(out)["bytes_per_task"])
+
+
+def attempt_start_cost(n: int) -> dict[str, float]:
+    """Milliseconds per attempt of a no-op task: in a thread (a call) and in a child process."""
+    from durablesched.context import TaskContext  # noqa: PLC0415 - only this figure needs it
+    from durablesched.environments import run_in_child  # noqa: PLC0415
+    from durablesched.records import Claim  # noqa: PLC0415
+    from durablesched.registry import TaskRegistry  # noqa: PLC0415
+
+    registry = TaskRegistry()
+    registry.register(lambda: None, name="noop")
+    definition = registry.get("noop")
+    claim = Claim(1, "noop", {}, 1, 1, "bench", 1, NOW, NOW, 1, "k")
+    ctx = TaskContext(claim, Scheduler(MemoryStore()))
+    start = time.perf_counter()
+    for _ in range(n):
+        definition.fn()
+    thread = (time.perf_counter() - start) / n
+    start = time.perf_counter()
+    for _ in range(n):
+        ended = run_in_child(
+            definition, {}, ctx, deadline=None, cancel_grace=1.0, on_enforce=lambda: None
+        )
+        assert ended.how == "result", ended
+    process = (time.perf_counter() - start) / n
+    return {"thread_ms": thread * 1e3, "process_ms": process * 1e3}

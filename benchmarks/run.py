@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         "e2e_1proc_32slots_full_info_log",
         partial(ours.end_to_end, db(), size.e2e, 32, 1, "full", log_level="info"),
     )
+    step(
+        "e2e_1proc_8slots_full_process_env",
+        partial(ours.end_to_end, db(), size.e2e // 4, 8, 1, "full", environment="process"),
+    )
+    step("attempt_start_ms", partial(ours.attempt_start_cost, size.attempts))
     for processes in (2, 4):
         step(
             f"e2e_{processes}proc_8slots_full",
@@ -158,6 +163,7 @@ class Sizes:
         self.idle_seconds = 2.0 if smoke else 30.0
         self.memory_tasks = 50_000 if smoke else 1_000_000
         self.peer = 500 if smoke else 10_000
+        self.attempts = 50 if smoke else 1_000
 
 
 def _rate(figures: dict[str, Any], key: str) -> float:

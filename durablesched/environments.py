@@ -18,6 +18,7 @@ import json
 import os
 import select
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class ChildEnded:
 
 #: How often the waiting worker thread looks at cancel requests and deadlines.
 TICK = 0.02
+_FORK_LOCK = threading.Lock()
 
 
 def run_in_child(
@@ -83,16 +85,19 @@ def run_in_child(
     seconds later, ``on_enforce()`` is called (it invalidates the claim) and
     only then is the child killed.
     """
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a threaded process: the child runs
-        # only the task function and leaves with os._exit (see docs/execution.md).
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_end)
-        _child(definition, args, ctx, write_end)
-    os.close(write_end)
+    # One fork at a time: a child forked while another child's pipe is still
+    # open here would inherit its write end and hold back that pipe's EOF.
+    with _FORK_LOCK:
+        read_end, write_end = os.pipe()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about fork() in a threaded process: the child runs
+            # only the task function and leaves with os._exit (docs/execution.md).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read_end)
+            _child(definition, args, ctx, write_end)
+        os.close(write_end)
     try:
         return _wait(pid, read_end, ctx, _Limits(deadline, cancel_grace, on_enforce))
     finally:

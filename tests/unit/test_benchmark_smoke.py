@@ -29,6 +29,8 @@ def test_benchmark_smoke_produces_every_figure(tmp_path: Path) -> None:
         "pickup_idle",
         "memory_backend_bytes_per_task",
         "e2e_1proc_32slots_full_info_log",
+        "e2e_1proc_8slots_full_process_env",
+        "attempt_start_ms",
         "huey_consumer_8threads",
         "huey_consumer_32threads",
         "litequeue_full",
