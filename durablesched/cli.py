@@ -446,6 +446,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         CancelOutcome.CANCELLED: "cancelled: it had not started and never will",
         CancelOutcome.REQUESTED: "requested: it is running; it was asked to stop "
         "(cooperative: it may still finish)",
+        CancelOutcome.ENFORCED: "enforced: it is running in a process; it was asked to stop "
+        "and will be terminated if it has not after the worker's grace period",
         CancelOutcome.TOO_LATE: "too late: it had already finished; nothing changed",
     }
     if args.json:
