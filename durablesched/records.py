@@ -182,6 +182,10 @@ class CancelOutcome(StrEnum):
     TOO_LATE = "TOO_LATE"
 
 
+#: A task submitted without a key gets this prefix and its id as its effects' key.
+TASK_KEY_PREFIX = "durablesched-task-"
+
+
 def effective_key(task_id: int, submit_key: str | None) -> str:
     """The stable idempotency key a task's effects carry across all its attempts."""
-    return submit_key if submit_key is not None else f"durablesched-task-{task_id}"
+    return submit_key if submit_key is not None else f"{TASK_KEY_PREFIX}{task_id}"

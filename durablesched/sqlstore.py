@@ -29,6 +29,7 @@ from .errors import (
 )
 from .migrate import check_schema
 from .records import (
+    TASK_KEY_PREFIX,
     CancelOutcome,
     Claim,
     ErrorInfo,
@@ -255,15 +256,19 @@ def _sqlite_claim(names: bool) -> str:
 def _postgres_claim(names: bool) -> str:
     # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
     # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
-    # lets concurrent claimers take the next rows instead of queueing.
+    # lets concurrent claimers take the next rows instead of queueing. The
+    # history lines go in with the claim, in the same round trip.
     return (
         "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
         f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED) "
-        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
-        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
-        "environment = NULL FROM picked WHERE tasks.id = picked.id "
-        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}"
+        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
+        "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
+        "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
+        "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
+        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
+        "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
+        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
+        f"SELECT {CLAIM_RETURNING} FROM claimed"
     )
 
 
@@ -300,17 +305,25 @@ SQLITE_COMPLETE_MANY = (
     f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
     "RETURNING id, attempts, idempotency_key, result"
 )
+#: PostgreSQL records the keys and the history lines in the same statement
+#: (data-modifying CTEs): one round trip for the whole group of successes.
 POSTGRES_COMPLETE_MANY = (
     "WITH b AS (SELECT CAST(key AS bigint) AS id, value->>'o' AS owner, "
     "CAST(value->>'f' AS bigint) AS fence, CAST(value->>'r' AS jsonb) AS result "
     "FROM jsonb_each(CAST(:batch AS jsonb))), "
     "locked AS MATERIALIZED (SELECT t.id, b.result FROM tasks t JOIN b ON t.id = b.id "
     "WHERE t.state = 'RUNNING' AND t.lease_owner = b.owner AND t.fence = b.fence "
-    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
-    "UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now, finished_at = :now FROM locked "
-    "WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' AND tasks.lease_expires_at > :now "
-    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result"
+    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t), "
+    "done AS (UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    "FROM locked WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' "
+    "AND tasks.lease_expires_at > :now "
+    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result), "
+    "keys AS (INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
+    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done), "
+    "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
+    "SELECT id, attempts, idempotency_key, result FROM done"
 )
 _SQLITE_NEXT_DUE_NAMED = (
     "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
@@ -370,6 +383,8 @@ class SQLDialect:
     lock_submissions: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
+    #: The claim and group-commit statements write their own history lines and keys.
+    writes_history: bool = False
 
 
 SQLITE = SQLDialect(
@@ -397,6 +412,7 @@ POSTGRES = SQLDialect(
     time=_as_utc,
     lock_submissions=text(POSTGRES_LOCK_SUBMISSIONS),
     notify=text(POSTGRES_NOTIFY),
+    writes_history=True,
 )
 
 
@@ -1088,11 +1104,12 @@ class SQLStore:
             in_process = [r.id for r in rows if r.name in process_names]
             if in_process:
                 conn.execute(SQL_IN_PROCESS, {"ids": in_process})
-            detail = f"claimed by {owner}"
-            conn.exec_driver_sql(
-                self.dialect.insert_events,
-                [(r.id, stamp, "RUNNING", r.attempts, detail) for r in rows],
-            )
+            if not self.dialect.writes_history:
+                detail = f"claimed by {owner}"
+                conn.exec_driver_sql(
+                    self.dialect.insert_events,
+                    [(r.id, stamp, "RUNNING", r.attempts, detail) for r in rows],
+                )
         claims = [
             Claim(
                 task_id=r.id,
@@ -1202,7 +1219,7 @@ class SQLStore:
             for r in conn.execute(self.dialect.complete_many, {"batch": _dump(batch), "now": stamp})
         }
         done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
-        if done:
+        if done and not self.dialect.writes_history:
             conn.exec_driver_sql(
                 self.dialect.record_keys,
                 [(effective_key(r.id, r.idempotency_key), r.id, stamp, r.result) for r in done],
