@@ -29,10 +29,11 @@ def submit_single(path: Path, n: int) -> float:
     return n / elapsed
 
 
-def submit_many(path: Path, n: int) -> float:
+def submit_many(path: Path, n: int, *, with_args: bool = False) -> float:
+    """Tasks/s of one submit_many of ``n`` no-argument tasks (or ones with an argument each)."""
     store = SQLiteStore(fresh(path))
     scheduler = Scheduler(store)
-    args: list[dict[str, object]] = [{} for _ in range(n)]
+    args: list[dict[str, object]] = [{"n": i} if with_args else {} for i in range(n)]
     start = time.perf_counter()
     scheduler.submit_many("noop", args)
     elapsed = time.perf_counter() - start

@@ -78,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     print("durablesched:")
     step("submit_single", lambda: ours.submit_single(db(), size.submit_single))
     step("submit_many", lambda: ours.submit_many(db(), size.submit_many))
+    step(
+        "submit_many_with_args",
+        lambda: ours.submit_many(db(), size.submit_many, with_args=True),
+    )
     for durability in ("full", "normal"):
         for slots in (1, 8, 32):
             step(

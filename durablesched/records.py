@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from .states import TaskState
 
@@ -32,9 +32,12 @@ class ErrorInfo:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class NewTask:
-    """A validated task ready to store (see :meth:`Scheduler.submit` for the checks)."""
+class NewTask(NamedTuple):
+    """A validated task ready to store (see :meth:`Scheduler.submit` for the checks).
+
+    A named tuple, not a dataclass: a bulk submit makes one per task, and a
+    tuple is made in a third of the time.
+    """
 
     name: str
     args: JSONArgs
@@ -46,8 +49,7 @@ class NewTask:
     args_json: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Submitted:
+class Submitted(NamedTuple):
     """What a submit did: the task's id, and False if a live task already had the key."""
 
     task_id: int

@@ -8,6 +8,7 @@ engine. Every outcome write names the claim that made it in its WHERE clause.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -1026,8 +1027,14 @@ class SQLStore:
     # -- internals ------------------------------------------------------------------------------
 
     def _insert(self, conn: Connection, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
-        if self.dialect.lock_submissions is not None and tasks:
+        if not tasks:
+            return []
+        if self.dialect.lock_submissions is not None:
             conn.execute(self.dialect.lock_submissions)
+        if all(task.idempotency_key is None for task in tasks):
+            # The bulk path: no key to look up, every task is new.
+            ids = self._insert_new(conn, tasks, now)
+            return list(map(Submitted, ids, itertools.repeat(True, len(ids))))
         # Each slot is either the holder of a key already stored, or (index into
         # `new`, created?) where a repeat of a key within this batch is not created.
         slots: list[Submitted | tuple[int, bool]] = []
@@ -1046,36 +1053,38 @@ class SQLStore:
                 batch_keys[key] = len(new)
             slots.append((len(new), True))
             new.append(task)
-        ids: list[int] = []
-        if new:
-            end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()
-            ids = list(range(end - len(new) + 1, end + 1))
-            stamp = self._t(now)
-            convert = self._t
-            due: dict[datetime, Any] = {}  # a batch usually shares one due time
-            # Straight to the driver's executemany: this is the bulk-submit hot path.
-            conn.exec_driver_sql(
-                self.dialect.insert_task,
-                [
-                    (
-                        task_id,
-                        task_id,
-                        task.name,
-                        task.args_json if task.args_json is not None else _dump(task.args),
-                        due.get(task.due_at) or due.setdefault(task.due_at, convert(task.due_at)),
-                        task.max_attempts,
-                        task.idempotency_key,
-                        stamp,
-                        stamp,
-                    )
-                    for task_id, task in zip(ids, new, strict=True)
-                ],
-            )
-            self._wake_others(conn)
+        ids = self._insert_new(conn, new, now) if new else []
         return [
             slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], created=slot[1])
             for slot in slots
         ]
+
+    def _insert_new(self, conn: Connection, new: Sequence[NewTask], now: datetime) -> list[int]:
+        """Insert tasks known to be new, with fresh ids; one executemany for them all."""
+        end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()
+        ids = range(end - len(new) + 1, end + 1)
+        stamp = self._t(now)
+        # A batch usually shares one due time: each distinct one is converted once.
+        due = {when: self._t(when) for when in {task.due_at for task in new}}
+        dump = _dump
+        rows = [
+            (
+                task_id,
+                task_id,
+                task.name,
+                task.args_json if task.args_json is not None else dump(task.args),
+                due[task.due_at],
+                task.max_attempts,
+                task.idempotency_key,
+                stamp,
+                stamp,
+            )
+            for task_id, task in zip(ids, new, strict=True)
+        ]
+        # Straight to the driver's executemany: this is the bulk-submit hot path.
+        conn.exec_driver_sql(self.dialect.insert_task, rows)
+        self._wake_others(conn)
+        return list(ids)
 
     def _claim(
         self,
