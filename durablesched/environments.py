@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import json
 import os
@@ -65,6 +66,8 @@ class ChildEnded:
 
 #: How often the waiting worker thread looks at cancel requests and deadlines.
 TICK = 0.02
+#: prctl(2) option: the signal a child gets when the thread that forked it ends.
+PR_SET_PDEATHSIG = 1
 _FORK_LOCK = threading.Lock()
 
 
@@ -89,14 +92,22 @@ def run_in_child(
     # open here would inherit its write end and hold back that pipe's EOF.
     with _FORK_LOCK:
         read_end, write_end = os.pipe()
-        with warnings.catch_warnings():
-            # Python 3.12+ warns about fork() in a threaded process: the child runs
-            # only the task function and leaves with os._exit (docs/execution.md).
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(read_end)
-            _child(definition, args, ctx, write_end)
+        # SIGUSR1 (the cancel request) stays blocked until the child has its
+        # handler: its default action would kill a child that had just started.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        pid = -1
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns about fork() in a threaded process: the child
+                # runs only the task function and leaves with os._exit (execution.md).
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: never returns
+                os.close(read_end)
+                _child(definition, args, ctx, write_end, mask)
+        finally:
+            if pid != 0:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_end)
     try:
         return _wait(pid, read_end, ctx, _Limits(deadline, cancel_grace, on_enforce))
@@ -186,16 +197,22 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _child(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext, fd: int) -> None:
+def _child(
+    definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext, fd: int, mask: Any
+) -> None:
     """In the forked child: run the function, report as JSON, and leave without cleanup."""
     code = 0
     try:
+        # Die with the worker thread that forked us: a child must not outlive
+        # its worker (killed or exited) and run on with nobody to report to.
+        _die_with_parent()
         # Objects inherited from the worker (its connections among them) must
         # never be finalised here: freeze them out of the collector's reach.
         gc.freeze()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGUSR1, lambda _n, _f: ctx._request_cancel())
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a request sent meanwhile lands now
         report = _run(definition, args, ctx)
         payload = json.dumps(report, ensure_ascii=False, allow_nan=False).encode()
         view = memoryview(payload)
@@ -205,6 +222,18 @@ def _child(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext, f
         code = 70
     finally:
         os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the forking thread ends (best effort elsewhere)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the worker died before prctl took effect
+        os._exit(70)
 
 
 def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:

@@ -509,7 +509,8 @@ class Worker:
         )
         if ended.how == "terminated":
             log.info(
-                "cancel: task %s (%s) attempt %s enforced: its process was terminated",
+                "%s: task %s (%s) attempt %s: its process was terminated",
+                "lease lost" if ctx.lease_lost else "cancel enforced",
                 claim.task_id,
                 claim.name,
                 claim.attempt,

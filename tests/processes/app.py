@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -89,3 +90,13 @@ def zombie(ctx: TaskContext, mode: str) -> dict[str, int]:
         if mode == "cancel":
             ctx.raise_if_cancelled()
     return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@registry.task("spin", environment="process")
+def spin(seconds: float) -> str:
+    """Records its process id, then burns CPU without ever looking at cancellation."""
+    _append("spinners", str(os.getpid()))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "spun"

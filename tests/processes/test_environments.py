@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,9 +25,10 @@ from durablesched import (
     TaskRegistry,
     TaskState,
     Worker,
+    open_store,
 )
 
-from .conftest import wait_for
+from .conftest import Workers, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -63,6 +65,13 @@ def hog() -> str:
 def polite(ctx: TaskContext) -> str:
     while True:
         ctx.raise_if_cancelled()  # raises TaskTimeout once the time is up
+        _spin(0.01)
+
+
+@registry.task("polite.process", environment="process", pass_context=True)
+def polite_process(ctx: TaskContext) -> str:
+    while True:
+        ctx.raise_if_cancelled()  # the worker's SIGUSR1 sets this in the child
         _spin(0.01)
 
 
@@ -132,6 +141,16 @@ def test_a_cpu_loop_in_a_process_is_terminated_within_the_grace_period(
     reaches(scheduler, next_id, TaskState.SUCCEEDED)
 
 
+def test_a_process_task_that_listens_stops_itself_before_the_grace(
+    scheduler: Scheduler, worker: Worker
+) -> None:
+    task_id = scheduler.submit("polite.process")
+    reaches(scheduler, task_id, TaskState.RUNNING)
+    assert scheduler.cancel(task_id) is CancelOutcome.ENFORCED
+    reaches(scheduler, task_id, TaskState.CANCELLED, timeout=GRACE + 10)
+    assert scheduler.history(task_id)[-1].detail == "cancellation acknowledged"
+
+
 def test_the_same_loop_in_a_thread_is_only_asked_and_runs_to_its_end(
     scheduler: Scheduler, worker: Worker
 ) -> None:
@@ -198,3 +217,43 @@ def test_an_async_task_is_cancelled_at_its_next_await(scheduler: Scheduler, work
     assert scheduler.cancel(task_id) is CancelOutcome.REQUESTED
     reaches(scheduler, task_id, TaskState.CANCELLED, timeout=10)
     assert scheduler.history(task_id)[-1].detail == "cancellation acknowledged"
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for init to reap it counts)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def test_a_killed_worker_takes_its_task_processes_with_it(db: str, tmp_path: Path) -> None:
+    store = open_store(db)
+    task_id = Scheduler(store).submit("spin", {"seconds": 120})
+    store.close()
+    workers = Workers(db, tmp_path)
+    try:
+        proc = workers.start(concurrency=1, lease=2)
+        spinners = tmp_path / "spinners"
+        wait_for(lambda: spinners.exists() and spinners.read_text().strip() != "", "the child")
+        child = int(spinners.read_text().split()[0])
+        assert not _gone(child)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        wait_for(lambda: _gone(child), f"the task's process {child} to die with its worker")
+        # Its lease lapses and another worker reclaims the task.
+        rescuer = workers.start("--burst", concurrency=1, lease=2)
+        wait_for(lambda: _reclaimed(db, task_id), "the reclaim", 60)
+        rescuer.kill()
+    finally:
+        workers.stop_all()
+
+
+def _reclaimed(db: str, task_id: int) -> bool:
+    rows = query(
+        db,
+        "SELECT count(*) FROM task_events WHERE task_id = ? AND detail LIKE 'lease of %'",
+        task_id,
+    )
+    return int(rows[0][0]) >= 1
