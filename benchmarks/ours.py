@@ -124,19 +124,12 @@ def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, 
     try:
         # Wait for the worker to be up: it picks up a first task.
         first = scheduler.submit("noop")
-        _wait_done(scheduler, first, 30)
+        wait_done(scheduler, first, 30)
         cpu0 = child.cpu_seconds()
         t0 = time.monotonic()
         time.sleep(idle_seconds)  # the measurement: an idle worker over this period
         idle = (child.cpu_seconds() - cpu0) / (time.monotonic() - t0)
-        latencies = []
-        for _ in range(samples):
-            submitted = scheduler.clock.now()
-            task_id = scheduler.submit("noop")
-            _wait_done(scheduler, task_id, 10)
-            started = next(e.at for e in scheduler.history(task_id) if e.state == "RUNNING")
-            latencies.append((started - submitted).total_seconds())
-            time.sleep(0.02)  # let the worker go idle again between samples
+        latencies = pickup_latencies(scheduler, samples)
     finally:
         store.close()
         child.stop()
@@ -147,7 +140,20 @@ def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, 
     }
 
 
-def _wait_done(scheduler: Scheduler, task_id: int, timeout: float) -> None:
+def pickup_latencies(scheduler: Scheduler, samples: int) -> list[float]:
+    """Seconds from submit (here) to start (in an idle worker elsewhere), one task at a time."""
+    latencies = []
+    for _ in range(samples):
+        submitted = scheduler.clock.now()
+        task_id = scheduler.submit("noop")
+        wait_done(scheduler, task_id, 10)
+        started = next(e.at for e in scheduler.history(task_id) if e.state == "RUNNING")
+        latencies.append((started - submitted).total_seconds())
+        time.sleep(0.02)  # let the worker go idle again between samples
+    return latencies
+
+
+def wait_done(scheduler: Scheduler, task_id: int, timeout: float) -> None:
     end = time.monotonic() + timeout
     while scheduler.get(task_id).state != "SUCCEEDED":
         if time.monotonic() > end:

@@ -21,6 +21,7 @@ from durablesched import PostgresStore, Scheduler
 from durablesched.records import NewTask
 
 from .common import NOW, ROOT, median, percentile, worker
+from .ours import pickup_latencies, wait_done
 
 BASE_URL = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -123,16 +124,8 @@ def pickup(samples: int) -> dict[str, float]:
         store = PostgresStore(url)
         scheduler = Scheduler(store)
         try:
-            first = scheduler.submit("noop")
-            _wait_done(scheduler, first, 30)
-            latencies = []
-            for _ in range(samples):
-                submitted = scheduler.clock.now()
-                task_id = scheduler.submit("noop")
-                _wait_done(scheduler, task_id, 10)
-                started = next(e.at for e in scheduler.history(task_id) if e.state == "RUNNING")
-                latencies.append((started - submitted).total_seconds())
-                time.sleep(0.02)  # let the worker go idle again between samples
+            wait_done(scheduler, scheduler.submit("noop"), 30)  # the worker is up
+            latencies = pickup_latencies(scheduler, samples)
         finally:
             store.close()
             child.stop()
@@ -140,14 +133,6 @@ def pickup(samples: int) -> dict[str, float]:
         "pickup_p50_ms": median(latencies) * 1e3,
         "pickup_p99_ms": percentile(latencies, 99) * 1e3,
     }
-
-
-def _wait_done(scheduler: Scheduler, task_id: int, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while scheduler.get(task_id).state != "SUCCEEDED":
-        if time.monotonic() > end:
-            raise TimeoutError(f"task {task_id} was not picked up")
-        time.sleep(0.0005)
 
 
 #: How each peer's table says how many jobs wait, and how many are not finished.
