@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from .clock import ServerClock
-from .errors import ConfigurationError
+from .errors import ConfigurationError, StoreError
 from .sqlstore import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
 
 log = logging.getLogger("durablesched.postgres")
@@ -128,14 +128,20 @@ class NotifyWatcher:
         self._conn: Any = self._listen()
 
     def _listen(self) -> Any:
-        raw = self._engine.raw_connection()
+        import psycopg  # noqa: PLC0415 - optional dependency, present if we got here
+
+        with translated("listening for submissions"):
+            raw = self._engine.raw_connection()
         conn = raw.driver_connection
         assert conn is not None
         raw.detach()  # ours alone, for as long as we listen
-        conn.rollback()
-        conn.autocommit = True
-        with translated("listening for submissions"):
+        try:
+            conn.rollback()
+            conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as e:
+            conn.close()
+            raise StoreError(f"listening for submissions failed: {e}") from e
         return conn
 
     def start(self, on_change: Callable[[Exception | None], None]) -> None:
