@@ -743,6 +743,7 @@ class SQLStore:
                 return CancelOutcome.CANCELLED
             asked = conn.execute(SQL_CANCEL_RUNNING, params).first()
             if asked is not None:
+                self._wake_others(conn)  # its worker hears of it at once, not at a heartbeat
                 return _running_cancel(asked.environment)
             row = conn.execute(SQL_STATE_AND_ENVIRONMENT, params).first()
             if row is None:

@@ -41,6 +41,10 @@ from .submission import canonical_json
 
 log = logging.getLogger("durablesched.worker")
 
+#: Seconds between heartbeats sent early because another process committed:
+#: how soon a cancel requested elsewhere reaches a running task, at most.
+EARLY_HEARTBEAT = 0.25
+
 
 @dataclass(slots=True)
 class _Running:
@@ -133,6 +137,9 @@ class Worker:
         self._looping = False
         #: Set by the change watcher if it failed (say, the database file was removed).
         self._watch_error: Exception | None = None
+        #: Set by the change watcher: another process committed since the last pass.
+        self._changed_elsewhere = False
+        self._last_early_heartbeat = 0.0
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -143,7 +150,7 @@ class Worker:
         """
         self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
-        self.heartbeat(now, force=False)
+        self.heartbeat(now, force=self._early_heartbeat_due())
         if self._next_reclaim is None or now >= self._next_reclaim:
             # Not on every pass: a busy worker wakes after each group commit.
             self.reclaim(now)
@@ -328,7 +335,21 @@ class Worker:
         """From the change watcher's thread: another process committed (or it failed)."""
         if error is not None:
             self._watch_error = error
+        self._changed_elsewhere = True
         self._wakeup.set()
+
+    def _early_heartbeat_due(self) -> bool:
+        """Heartbeat now, ahead of time, because another process committed (it may have
+        asked a task of ours to stop): at most every EARLY_HEARTBEAT seconds, and only
+        while tasks run here, so that a cancel reaches them promptly."""
+        if not self._changed_elsewhere:
+            return False
+        self._changed_elsewhere = False
+        now = time.monotonic()
+        if not self._active or now - self._last_early_heartbeat < EARLY_HEARTBEAT:
+            return False
+        self._last_early_heartbeat = now
+        return True
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread."""

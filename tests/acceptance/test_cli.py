@@ -232,11 +232,15 @@ def test_cancel_of_a_task_in_a_process_is_enforced_through_the_command(
     tmp_path: Path, db: str, workers: Workers
 ) -> None:
     task_id = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
-    workers.start("--environment", "process", "--cancel-grace", "0.5", concurrency=1, lease=3)
+    # A long lease: heartbeats every 20 s. The cancel must not wait for one: the
+    # worker hears of the other process's commit and heartbeats early.
+    workers.start("--environment", "process", "--cancel-grace", "0.5", concurrency=1, lease=60)
     wait_for(lambda: state_of(db, task_id) is TaskState.RUNNING, "the task to start")
     result = cli("cancel", str(task_id), db=db)
     assert result.returncode == 0 and "enforced" in result.stdout, result.stdout
-    wait_for(lambda: state_of(db, task_id) is TaskState.CANCELLED, "the enforced cancel")
+    wait_for(
+        lambda: state_of(db, task_id) is TaskState.CANCELLED, "the enforced cancel", timeout=10
+    )
     shown = as_json(cli("show", str(task_id), "--json", db=db))
     assert shown["environment"] == "process"
 

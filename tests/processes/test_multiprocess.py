@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from durablesched import Scheduler, TaskState
+from durablesched.postgres import is_postgres_url
 
 from .conftest import Workers, query, wait_for
 
@@ -98,7 +101,9 @@ def test_sigstop_zombie_cannot_commit_effect_or_outcome(
     if mode == "cancel":
         assert scheduler.cancel(task_id) == "REQUESTED"
         wait_for((tmp_path / "saw-cancel").exists, "the zombie to see the request")
-    zombie.send_signal(signal.SIGSTOP)
+    # Paused while it holds no lock: a process stopped inside a write transaction
+    # would block every writer, which no queue on SQLite can help.
+    wait_for(lambda: _paused_outside_a_write(zombie, db, task_id), "a pause outside a write")
     try:
         rescuer = workers.start(concurrency=1, lease=1)
         wait_for(lambda: scheduler.get(task_id).state is rescued, "the rescue")
@@ -130,3 +135,33 @@ def test_sigstop_zombie_cannot_commit_effect_or_outcome(
         assert (task.attempts, task.result) == (1, None)
         assert query(db, "SELECT count(*) FROM ledger") == [(0,)]
         assert scheduler.list_tasks(name="record") == []
+
+
+def _paused_outside_a_write(proc: subprocess.Popen[bytes], db: str, task_id: int) -> bool:
+    """SIGSTOP ``proc``; if it was inside a write transaction, SIGCONT it and say False."""
+    proc.send_signal(signal.SIGSTOP)
+    if _task_row_writable(db, task_id):
+        return True
+    proc.send_signal(signal.SIGCONT)
+    return False
+
+
+def _task_row_writable(db: str, task_id: int) -> bool:
+    if is_postgres_url(db):
+        import psycopg  # noqa: PLC0415 - only for PostgreSQL
+
+        with psycopg.connect(db) as pg:
+            try:
+                pg.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE NOWAIT", (task_id,))
+            except psycopg.errors.LockNotAvailable:
+                return False
+            pg.rollback()
+            return True
+    lite = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        lite.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        lite.close()
+    return True
