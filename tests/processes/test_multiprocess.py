@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from durablesched import Scheduler, TaskState
+from durablesched import Scheduler, TaskState, open_store
 from durablesched.postgres import is_postgres_url
 
-from .conftest import Workers, query, wait_for
+from .conftest import ROOT, Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -165,3 +167,49 @@ def _task_row_writable(db: str, task_id: int) -> bool:
     finally:
         lite.close()
     return True
+
+
+def test_hosts_with_wrong_clocks_agree_on_leases_through_the_server_clock(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Four workers whose host clocks are off by up to two hours, on PostgreSQL: each
+    judges due times and leases by the server's clock, so none reclaims another's live
+    lease, the slow one still finds work due, and every task runs once."""
+    store = open_store(pg_url)
+    ids = Scheduler(store).submit_many("slow", [{"seconds": 0.4} for _ in range(48)])
+    store.close()
+    env = {**os.environ, "DS_TEST_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.processes.skewed_worker",
+                str(skew),
+                "worker",
+                "--db",
+                pg_url,
+                "--app",
+                "tests.processes.app:registry",
+                "--concurrency",
+                "4",
+                "--lease",
+                "5",
+                "--burst",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for skew in (-7200, -60, 60, 7200)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    assert count(pg_url, "state = 'SUCCEEDED'") == len(ids)
+    reclaims = query(pg_url, "SELECT count(*) FROM task_events WHERE detail LIKE 'lease of %'")
+    assert reclaims == [(0,)], "a worker judged a live lease expired by its own clock"
+    assert query(pg_url, "SELECT max(attempts) FROM tasks") == [(1,)]
+    owners = query(pg_url, "SELECT count(DISTINCT detail) FROM task_events WHERE state = 'RUNNING'")
+    assert owners[0][0] >= 2, "the work was not shared"
