@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from .errors import ConfigurationError
+
 #: The longest a :class:`SystemClock` wait blocks in one go, so a wait whose
 #: deadline moved (a new, earlier task) is never stuck on a stale timeout.
 MAX_SYSTEM_WAIT = timedelta(seconds=60)
@@ -155,6 +157,16 @@ class ManualClock:
             waiters = list(self._waiters)
         for event in waiters:
             event.set()
+
+
+def positive_duration(value: timedelta | float, what: str) -> timedelta:
+    """``value`` (a timedelta or seconds) as a positive timedelta, or a ConfigurationError."""
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ConfigurationError(f"{what} must be a timedelta or seconds, got {value!r}")
+    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if step <= timedelta(0):
+        raise ConfigurationError(f"{what} must be positive, got {value!r}")
+    return step
 
 
 def _require_aware(when: datetime) -> None:

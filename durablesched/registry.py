@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from .clock import positive_duration
 from .errors import ConfigurationError, UnknownTaskNameError
 from .retry import DEFAULT_RETRY, RetryPolicy
 
@@ -139,11 +140,4 @@ class TaskRegistry:
 
 
 def _timeout(name: str, value: timedelta | float | None) -> timedelta | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
-        raise ConfigurationError(f"task {name!r}: timeout must be seconds or a timedelta")
-    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if step <= timedelta(0):
-        raise ConfigurationError(f"task {name!r}: timeout must be positive, got {value!r}")
-    return step
+    return None if value is None else positive_duration(value, f"task {name!r}: timeout")

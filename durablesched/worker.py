@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from .clock import positive_duration
 from .context import TaskContext
 from .environments import Environment, environment, run_in_child
 from .errors import (
@@ -87,11 +88,11 @@ class Worker:
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
         self.concurrency = concurrency
-        self.lease = _seconds(lease, "lease")
+        self.lease = positive_duration(lease, "lease")
         self.heartbeat_interval = (
             self.lease / 3
             if heartbeat_interval is None
-            else _seconds(heartbeat_interval, "heartbeat_interval")
+            else positive_duration(heartbeat_interval, "heartbeat_interval")
         )
         if self.heartbeat_interval >= self.lease:
             raise ConfigurationError("heartbeat_interval must be shorter than the lease")
@@ -751,12 +752,3 @@ def _overran(definition: TaskDefinition, started: float, *, killed: bool = False
 
 def _environment(value: str | Environment) -> Environment:
     return environment(value)
-
-
-def _seconds(value: timedelta | float, what: str) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
-        raise ConfigurationError(f"{what} must be a timedelta or seconds, got {value!r}")
-    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if step <= timedelta(0):
-        raise ConfigurationError(f"{what} must be positive, got {value!r}")
-    return step
