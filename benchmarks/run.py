@@ -36,7 +36,8 @@ PEER_NOTES = {
     "persist-queue SQLiteAckQueue (its default)": "delayed tasks, lease expiry and reclaim, "
     "retries, a consumer of its own (measured as a put/get/ack loop); pickles its items",
     "pgqueuer (PostgreSQL, its defaults: batches of 10, synchronous_commit on = ours)": "fencing "
-    "of outcome writes by claim, database effects committed with success, task history",
+    "of outcome writes by claim (its completion deletes the job by id, whoever picked it), "
+    "database effects committed with success; has a status log",
     "procrastinate (PostgreSQL, its defaults)": "leases with automatic reclaim (stalled jobs "
     "need an operator or a periodic task), fencing, result storage",
 }
