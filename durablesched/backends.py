@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
 
 from sqlalchemy import Engine
 
 from .postgres import PostgresStore, create_postgres_engine, is_postgres_url
-from .sqlite import SQLiteStore, create_sqlite_engine
+from .sqlite import Durability, SQLiteStore, create_sqlite_engine
 from .sqlstore import SQLStore
-
-Durability = Literal["full", "normal"]
 
 
 def open_store(

@@ -11,18 +11,18 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from .clock import ServerClock
 from .errors import ConfigurationError, StoreError
+from .sqlite import Durability
 from .sqlstore import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
 
 log = logging.getLogger("durablesched.postgres")
 
-Durability = Literal["full", "normal"]
 #: synchronous_commit per durability mode: "normal" may lose the last commits
 #: if the server crashes, never corrupts (docs/scaling.md).
 SYNCHRONOUS_COMMIT: dict[str, str] = {"full": "on", "normal": "off"}

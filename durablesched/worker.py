@@ -25,7 +25,8 @@ from typing import Any
 
 from .clock import positive_duration
 from .context import TaskContext
-from .environments import Environment, environment, run_in_child
+from .environments import Environment, run_in_child
+from .environments import environment as parse_environment
 from .errors import (
     ConfigurationError,
     DurableSchedError,
@@ -107,7 +108,7 @@ class Worker:
         #: How many store errors in a row run() backs off from before it raises.
         self.max_store_failures = max_store_failures
         #: Where a task that does not say runs its attempts (docs/execution.md).
-        self.environment = _environment(environment)
+        self.environment = parse_environment(environment)
         #: Seconds a task in the process environment has to stop by itself once
         #: asked, before its process is terminated.
         if isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float):
@@ -748,7 +749,3 @@ def _overran(definition: TaskDefinition, started: float, *, killed: bool = False
     limit = definition.timeout.total_seconds()
     how = "its process was killed" if killed else f"it ran {time.monotonic() - started:.3f}s"
     return TaskTimeout(f"timed out: the limit is {limit:g}s and {how}")
-
-
-def _environment(value: str | Environment) -> Environment:
-    return environment(value)
