@@ -53,6 +53,9 @@ class _Running:
     claim: Claim
     context: TaskContext
     started: float = field(default_factory=time.monotonic)
+    #: Its outcome was handed over for recording (or its cancel enforced): a
+    #: heartbeat that no longer finds its claim is then no sign of a lost lease.
+    ended: bool = False
 
 
 class Worker:
@@ -216,6 +219,8 @@ class Worker:
         for task_id, running in held.items():
             status = renewed.get(task_id)
             if status is None:
+                if running.ended:
+                    continue  # recorded by a group commit while this heartbeat ran
                 if not running.context.lease_lost:
                     log.warning(
                         "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
@@ -468,6 +473,7 @@ class Worker:
         if outcome is None:  # already recorded: its process was terminated
             self._forget([running])
             return
+        running.ended = True
         with self._changed:
             self._pending.append((running, outcome))
             if len(self._pending) >= len(self._active):
@@ -514,6 +520,10 @@ class Worker:
         def enforce() -> None:
             # Invalidate the claim before the child dies: whatever it was about to
             # report can no longer count.
+            with self._lock:
+                running = self._active.get(claim.task_id)
+            if running is not None:
+                running.ended = True
             try:
                 self.scheduler.store.acknowledge_cancel(
                     claim, self.scheduler.clock.now(), detail=detail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -291,6 +292,34 @@ def test_cancel_request_reaches_the_task_through_a_heartbeat(
         assert scheduler.get(task_id).state is TaskState.CANCELLED
     finally:
         worker.stop()
+
+
+def test_a_heartbeat_that_overlaps_a_recorded_success_loses_no_lease(
+    scheduler: Scheduler,
+    registry: TaskRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A heartbeat that set out before a group commit and returns after it no longer
+    finds the finished task's claim: that is no lost lease (it was logged as one for
+    about 2 % of no-op tasks under load)."""
+    registry.task("quick")(lambda: None)
+    task_id = scheduler.submit("quick")
+    worker = Worker(scheduler, concurrency=1, lease=30, owner="w")
+    (claim,) = scheduler.store.claim("w", 1, scheduler.clock.now(), timedelta(seconds=30))
+    running = worker._register(claim)
+    real_heartbeat = scheduler.store.heartbeat
+
+    def overlapped(*args: Any, **kwargs: Any) -> Any:
+        worker._execute(running)  # the task ends and its success commits meanwhile
+        return real_heartbeat(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler.store, "heartbeat", overlapped)
+    with caplog.at_level(logging.WARNING, logger="durablesched"):
+        worker.heartbeat()
+    assert scheduler.get(task_id).state is TaskState.SUCCEEDED
+    assert not running.context.lease_lost
+    assert "lease lost" not in caplog.text
 
 
 def test_raising_task_cancelled_unasked_is_a_failure(
