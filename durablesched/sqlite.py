@@ -32,8 +32,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
 #: The claim statements, for tests that read their query plans.
-SQL_CLAIM = SQLITE.claim
-SQL_CLAIM_NAMED = SQLITE.claim_named
 
 
 # -- the engine ----------------------------------------------------------------------------------

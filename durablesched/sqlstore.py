@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -63,6 +64,9 @@ TASK_COLUMNS = (
 CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
 #: Names bound one parameter each (an expanding IN), compared exactly as stored.
 NAMES_FILTER = "AND name IN :names"
+#: The same in the statements given straight to the driver: ``{names}`` becomes
+#: ``:n0, :n1, ...``, one placeholder per name.
+NAMES_IN = "AND name IN ({names})"
 _NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
 
 SQL_ALLOCATE = text(
@@ -241,6 +245,7 @@ SQL_INSERT_COPY = text(
 
 
 def _sqlite_claim(names: bool) -> str:
+    """The claim as the driver runs it; ``{names}`` is filled with one placeholder per name."""
     return (
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
         "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
@@ -248,7 +253,7 @@ def _sqlite_claim(names: bool) -> str:
         # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
         # the (state, name) index and sort; the claim must always walk this one.
         "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
         "ORDER BY due_at, seq LIMIT :limit) "
         f"RETURNING {CLAIM_RETURNING}"
     )
@@ -261,7 +266,7 @@ def _postgres_claim(names: bool) -> str:
     # history lines go in with the claim, in the same round trip.
     return (
         "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_FILTER if names else ''} "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
         "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
         "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
         "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
@@ -365,21 +370,35 @@ def _as_utc(when: datetime) -> datetime:
     return when.astimezone(UTC)
 
 
+def _pyformat(sql: str) -> str:
+    """``:name`` placeholders as psycopg's ``%(name)s`` (the statements hold no ``%``)."""
+    assert "%" not in sql and "::" not in sql, sql
+    return re.sub(r"(?<![\w:]):(\w+)", r"%(\1)s", sql)
+
+
 @dataclass(frozen=True)
 class SQLDialect:
-    """The statements and conversions that differ between the databases."""
+    """The statements and conversions that differ between the databases.
+
+    The hot-path statements (claim, heartbeat, group commit) are handed straight
+    to the driver: SQLAlchemy's work per statement costs more than the statement
+    (docs/performance.md). They are written with ``:name`` placeholders.
+    """
 
     name: str
-    claim: TextClause
-    claim_named: TextClause
-    heartbeat: TextClause
-    complete_many: TextClause
+    claim: str
+    #: The claim limited to some names; ``{names}`` takes one placeholder per name.
+    claim_named: str
+    heartbeat: str
+    complete_many: str
     next_due_named: TextClause
     insert_task: str
     insert_events: str
     record_keys: str
     #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.
     time: Callable[[datetime], Any]
+    #: A ``:name`` statement as the driver takes it.
+    driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.
     lock_submissions: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
@@ -387,13 +406,24 @@ class SQLDialect:
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
 
+    def claim_for(self, count: int) -> str:
+        """The claim for ``count`` names, bound as ``n0`` ... (cached: names rarely change)."""
+        cached = _CLAIMS.get((self.name, count))
+        if cached is None:
+            names = ", ".join(f":n{i}" for i in range(count))
+            cached = self.driver(self.claim_named.replace("{names}", names))
+            _CLAIMS[(self.name, count)] = cached
+        return cached
+
+
+_CLAIMS: dict[tuple[str, int], str] = {}
 
 SQLITE = SQLDialect(
     name="sqlite",
-    claim=text(_sqlite_claim(names=False)),
-    claim_named=text(_sqlite_claim(names=True)).bindparams(_NAMES),
-    heartbeat=text(SQLITE_HEARTBEAT),
-    complete_many=text(SQLITE_COMPLETE_MANY),
+    claim=_sqlite_claim(names=False),
+    claim_named=_sqlite_claim(names=True),
+    heartbeat=SQLITE_HEARTBEAT,
+    complete_many=SQLITE_COMPLETE_MANY,
     next_due_named=text(_SQLITE_NEXT_DUE_NAMED).bindparams(_NAMES),
     insert_task=INSERT_TASK.format(p="?"),
     insert_events=INSERT_EVENTS.format(p="?"),
@@ -402,15 +432,16 @@ SQLITE = SQLDialect(
 )
 POSTGRES = SQLDialect(
     name="postgresql",
-    claim=text(_postgres_claim(names=False)),
-    claim_named=text(_postgres_claim(names=True)).bindparams(_NAMES),
-    heartbeat=text(POSTGRES_HEARTBEAT),
-    complete_many=text(POSTGRES_COMPLETE_MANY),
+    claim=_pyformat(_postgres_claim(names=False)),
+    claim_named=_postgres_claim(names=True),
+    heartbeat=_pyformat(POSTGRES_HEARTBEAT),
+    complete_many=_pyformat(POSTGRES_COMPLETE_MANY),
     next_due_named=text(_POSTGRES_NEXT_DUE_NAMED).bindparams(_NAMES),
     insert_task=INSERT_TASK.format(p="%s"),
     insert_events=INSERT_EVENTS.format(p="%s"),
     record_keys=RECORD_KEYS.format(p="%s"),
     time=_as_utc,
+    driver=_pyformat,
     lock_submissions=text(POSTGRES_LOCK_SUBMISSIONS),
     notify=text(POSTGRES_NOTIFY),
     writes_history=True,
@@ -491,6 +522,10 @@ class SQLStore:
         self._reader = engine.execution_options(durablesched_read=True)
         self.busy_timeout = busy_timeout
         self._busy_lock = threading.Lock()
+        #: The write connection kept open between transactions, and who is using it.
+        self._kept: Connection | None = None
+        self._kept_lock = threading.Lock()
+        self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         #: Transactions that found the database busy and were retried.
         self.busy_retries = 0
         try:
@@ -504,17 +539,39 @@ class SQLStore:
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
-        """One write transaction: committed if the body returns, rolled back if it raises."""
+        """One write transaction: committed if the body returns, rolled back if it raises.
+
+        It runs on the connection this store keeps open for writes when that one
+        is free (a pool checkout and return per transaction cost more than a
+        group commit's statements), else on one from the pool.
+        """
         with translated(what):
-            conn = self._begin(self.engine)
+            if not self._kept_lock.acquire(blocking=False):
+                conn = self._begin(self.engine)
+                try:
+                    yield conn
+                    conn.commit()
+                except BaseException:
+                    conn.rollback()
+                    raise
+                finally:
+                    conn.close()
+                return
             try:
-                yield conn
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
+                conn = self._kept = self._begin(self.engine, self._kept)
+                try:
+                    yield conn
+                    conn.commit()
+                except BaseException:
+                    # Start afresh next time: the connection may be what failed.
+                    self._kept = None
+                    try:
+                        conn.rollback()
+                    finally:
+                        conn.close()
+                    raise
             finally:
-                conn.close()
+                self._kept_lock.release()
 
     @contextmanager
     def _read(self, what: str) -> Iterator[Connection]:
@@ -526,8 +583,9 @@ class SQLStore:
                 conn.rollback()
                 conn.close()
 
-    def _begin(self, engine: Engine) -> Connection:
-        """A connection in a new transaction; a busy database is retried, never surfaced early.
+    def _begin(self, engine: Engine, kept: Connection | None = None) -> Connection:
+        """A connection (``kept``, if given and still usable) in a new transaction; a busy
+        database is retried, never surfaced early.
 
         Only BEGIN can find the database busy (SQLite writes take the lock up
         front), so retrying it repeats no work.
@@ -535,7 +593,10 @@ class SQLStore:
         deadline = time.monotonic() + self.busy_timeout
         delay = 0.002
         while True:
-            conn = engine.connect()
+            if kept is not None and not kept.closed and not kept.invalidated:
+                conn, kept = kept, None
+            else:
+                conn = engine.connect()
             try:
                 conn.begin()
                 return conn
@@ -547,6 +608,27 @@ class SQLStore:
                 self.busy_retries += 1
             time.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 0.25)
+
+    def _rows(self, conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+        """A hot-path statement (from the dialect) straight through the driver: its rows."""
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description else []
+        except self._driver_error as e:
+            raise exc.DBAPIError.instance(sql, params, e, self._driver_error) from e
+        finally:
+            cursor.close()
+
+    def _many(self, conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """A driver-level statement once per row (history lines, keys, bulk inserts)."""
+        cursor = conn.connection.cursor()
+        try:
+            cursor.executemany(sql, rows)
+        except self._driver_error as e:
+            raise exc.DBAPIError.instance(sql, rows, e, self._driver_error) from e
+        finally:
+            cursor.close()
 
     def _wake_others(self, conn: Connection) -> None:
         """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
@@ -644,15 +726,9 @@ class SQLStore:
             "lease_expires_at": self._t(now + lease),
         }
         with self._write("renewing leases") as conn:
-            rows = sorted(
-                conn.execute(self.dialect.heartbeat, params).all(), key=lambda r: int(r.id)
-            )
-        return [
-            LeaseStatus(
-                r.id, r.fence, from_db_time(r.lease_expires_at), r.cancel_requested_at is not None
-            )
-            for r in rows
-        ]
+            # id, fence, lease_expires_at, cancel_requested_at
+            rows = sorted(self._rows(conn, self.dialect.heartbeat, params), key=lambda r: int(r[0]))
+        return [LeaseStatus(r[0], r[1], from_db_time(r[2]), r[3] is not None) for r in rows]
 
     def complete(
         self,
@@ -814,6 +890,10 @@ class SQLStore:
         return None
 
     def close(self) -> None:
+        with self._kept_lock:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
         self.engine.dispose()
 
     # -- operator actions (not part of the Store protocol) ----------------------------------------
@@ -1083,7 +1163,7 @@ class SQLStore:
             for task_id, task in zip(ids, new, strict=True)
         ]
         # Straight to the driver's executemany: this is the bulk-submit hot path.
-        conn.exec_driver_sql(self.dialect.insert_task, rows)
+        self._many(conn, self.dialect.insert_task, rows)
         self._wake_others(conn)
         return list(ids)
 
@@ -1099,44 +1179,54 @@ class SQLStore:
         process_names: Collection[str] = (),
     ) -> list[Claim]:
         stamp = self._t(now)
+        expires = now + lease
         params: dict[str, Any] = {
             "owner": owner,
-            "lease_expires_at": self._t(now + lease),
+            "lease_expires_at": self._t(expires),
             "now": stamp,
             "limit": limit,
         }
         sql = self.dialect.claim
         if names is not None:
-            sql = self.dialect.claim_named
-            params["names"] = sorted(names)
-        rows = conn.execute(sql, params).all()
-        if rows:
-            in_process = [r.id for r in rows if r.name in process_names]
-            if in_process:
-                conn.execute(SQL_IN_PROCESS, {"ids": in_process})
-            if not self.dialect.writes_history:
-                detail = f"claimed by {owner}"
-                conn.exec_driver_sql(
-                    self.dialect.insert_events,
-                    [(r.id, stamp, "RUNNING", r.attempts, detail) for r in rows],
-                )
-        claims = [
-            Claim(
-                task_id=r.id,
-                name=r.name,
-                args={} if r.args == "{}" else json.loads(r.args),
-                attempt=r.attempts,
-                max_attempts=r.max_attempts,
-                owner=owner,
-                fence=r.fence,
-                lease_expires_at=now + lease,
-                due_at=from_db_time(r.due_at),
-                seq=r.seq,
-                idempotency_key=effective_key(r.id, r.idempotency_key),
+            ordered = sorted(names)
+            sql = self.dialect.claim_for(len(ordered))
+            params.update((f"n{i}", name) for i, name in enumerate(ordered))
+        # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key
+        rows = self._rows(conn, sql, params)
+        if not rows:
+            return []
+        in_process = [r[0] for r in rows if r[2] in process_names]
+        if in_process:
+            conn.execute(SQL_IN_PROCESS, {"ids": in_process})
+        if not self.dialect.writes_history:
+            detail = f"claimed by {owner}"
+            self._many(
+                conn,
+                self.dialect.insert_events,
+                [(r[0], stamp, "RUNNING", r[4], detail) for r in rows],
             )
-            for r in rows
-        ]
-        claims.sort(key=lambda c: (c.due_at, c.seq))
+        rows.sort(key=lambda r: (r[7], r[1]))  # (due_at, seq): times compare as stored
+        due: dict[Any, datetime] = {}  # tasks submitted together share a due time
+        claims = []
+        for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key in rows:
+            when = due.get(due_at)
+            if when is None:
+                when = due[due_at] = from_db_time(due_at)
+            claims.append(
+                Claim(
+                    task_id=task_id,
+                    name=name,
+                    args={} if args == "{}" else json.loads(args),
+                    attempt=attempts,
+                    max_attempts=max_attempts,
+                    owner=owner,
+                    fence=fence,
+                    lease_expires_at=expires,
+                    due_at=when,
+                    seq=seq,
+                    idempotency_key=effective_key(task_id, key),
+                )
+            )
         return claims
 
     def _record_outcomes(
@@ -1221,22 +1311,31 @@ class SQLStore:
             return []
         stamp = self._t(now)
         batch = {
-            str(o.claim.task_id): {"o": o.claim.owner, "f": o.claim.fence, "r": _dump(o.result)}
+            str(o.claim.task_id): {
+                "o": o.claim.owner,
+                "f": o.claim.fence,
+                "r": "null" if o.result is None else _dump(o.result),
+            }
             for o in outcomes
         }
+        # id, attempts, idempotency_key, result
         rows = {
-            r.id: r
-            for r in conn.execute(self.dialect.complete_many, {"batch": _dump(batch), "now": stamp})
-        }
-        done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
-        if done and not self.dialect.writes_history:
-            conn.exec_driver_sql(
-                self.dialect.record_keys,
-                [(effective_key(r.id, r.idempotency_key), r.id, stamp, r.result) for r in done],
+            r[0]: r
+            for r in self._rows(
+                conn, self.dialect.complete_many, {"batch": _dump(batch), "now": stamp}
             )
-            conn.exec_driver_sql(
+        }
+        if rows and not self.dialect.writes_history:
+            done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
+            self._many(
+                conn,
+                self.dialect.record_keys,
+                [(effective_key(r[0], r[2]), r[0], stamp, r[3]) for r in done],
+            )
+            self._many(
+                conn,
                 self.dialect.insert_events,
-                [(r.id, stamp, "SUCCEEDED", r.attempts, None) for r in done],
+                [(r[0], stamp, "SUCCEEDED", r[1], None) for r in done],
             )
         return [
             (o.claim.task_id, TaskState.SUCCEEDED if o.claim.task_id in rows else None)

@@ -23,7 +23,7 @@ def limit_growth(store: SQLiteStore, path: Path) -> None:
     """Simulate a full disk: no connection may grow the file past its current size."""
     with sqlite3.connect(path) as conn:
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
-    store.engine.dispose()
+    store.close()  # every connection opened from now on gets the cap
 
     @event.listens_for(store.engine, "connect")
     def _cap(dbapi_connection: Any, _record: Any) -> None:

@@ -10,7 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from freezegun import freeze_time
-from sqlalchemy import bindparam, text
+from sqlalchemy import text
 
 from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
@@ -81,17 +81,10 @@ def test_claim_plan_walks_the_partial_index(pg_url: str) -> None:
         store.complete(claim, None, at(60))
     with store.engine.connect() as conn:
         conn.execute(text("ANALYZE tasks"))
-        plan = conn.execute(
-            text("EXPLAIN " + POSTGRES.claim_named.text).bindparams(
-                bindparam("names", expanding=True)
-            ),
-            {
-                "owner": "w",
-                "lease_expires_at": at(100),
-                "now": at(30),
-                "limit": 8,
-                "names": ["t1", "t2"],
-            },
+        plan = conn.exec_driver_sql(
+            "EXPLAIN " + POSTGRES.claim_for(2),
+            {"owner": "w", "lease_expires_at": at(100), "now": at(30), "limit": 8}
+            | {"n0": "t1", "n1": "t2"},
         ).scalars()
         joined = "\n".join(plan)
         conn.rollback()

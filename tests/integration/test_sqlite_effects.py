@@ -33,8 +33,9 @@ def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
     with store.engine.begin() as conn:
         conn.execute(text("CREATE TABLE ledger (task_id INTEGER, note TEXT, UNIQUE (task_id))"))
     yield store
-    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    pool = store.engine.pool
     store.close()
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import TextClause, bindparam, text
 
 from durablesched import SchemaError, SQLiteStore, StoreError
 from durablesched.migrate import head_revision, upgrade
 from durablesched.records import NewTask
 from durablesched.schema import metadata
-from durablesched.sqlite import SQL_CLAIM, SQL_CLAIM_NAMED, create_sqlite_engine, to_db_time
+from durablesched.sqlite import create_sqlite_engine, to_db_time
+from durablesched.sqlstore import SQLITE
 
 from ..conftest import T0, at
 
@@ -52,21 +52,18 @@ def test_a_new_file_is_created_at_head_and_owner_only(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
 
 
-def _explain(statement: TextClause, store: SQLiteStore, **params: object) -> list[str]:
-    """The plan SQLite makes for ``statement``, compiled by SQLAlchemy as the store runs it."""
-    explain = text("EXPLAIN QUERY PLAN " + statement.text)
-    if ":names" in statement.text:
-        explain = explain.bindparams(bindparam("names", expanding=True))
+def _explain(statement: str, store: SQLiteStore, **params: object) -> list[str]:
+    """The plan SQLite makes for ``statement``, given to the driver as the store does."""
     with store.engine.connect() as conn:
-        rows = conn.execute(explain, params).all()
+        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params).all()
         conn.rollback()
     return [str(row[-1]) for row in rows]
 
 
 @pytest.mark.parametrize("finished", [0, 1500])
-@pytest.mark.parametrize("statement", [SQL_CLAIM, SQL_CLAIM_NAMED])
+@pytest.mark.parametrize("statement", [SQLITE.claim, SQLITE.claim_for(2)])
 def test_claim_plan_uses_the_partial_index_without_scan_or_sort(
-    tmp_path: Path, statement: TextClause, finished: int
+    tmp_path: Path, statement: str, finished: int
 ) -> None:
     path = tmp_path / "plan.db"
     store = SQLiteStore(path)
@@ -84,7 +81,8 @@ def test_claim_plan_uses_the_partial_index_without_scan_or_sort(
         lease_expires_at=to_db_time(at(100)),
         now=to_db_time(at(30)),
         limit=8,
-        names=["t1", "t2"],
+        n0="t1",
+        n1="t2",
     )
     store.close()
     joined = "\n".join(plan)
