@@ -525,6 +525,7 @@ class SQLStore:
         #: The write connection kept open between transactions, and who is using it.
         self._kept: Connection | None = None
         self._kept_lock = threading.Lock()
+        self._kept_owner: int | None = None
         self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         #: Transactions that found the database busy and were retried.
         self.busy_retries = 0
@@ -541,12 +542,15 @@ class SQLStore:
     def _write(self, what: str) -> Iterator[Connection]:
         """One write transaction: committed if the body returns, rolled back if it raises.
 
-        It runs on the connection this store keeps open for writes when that one
-        is free (a pool checkout and return per transaction cost more than a
-        group commit's statements), else on one from the pool.
+        A process's writers take turns on one connection kept open, queueing on
+        a lock: the database admits one writer at a time anyway, and a thread
+        woken by a lock goes at once, where SQLite's busy handler polls and
+        sleeps. (A pool checkout and return also cost more than a group commit's
+        statements.) A write started inside another on the same thread (an
+        effect that submits on its own) gets a connection of its own.
         """
         with translated(what):
-            if not self._kept_lock.acquire(blocking=False):
+            if self._kept_owner == threading.get_ident():
                 conn = self._begin(self.engine)
                 try:
                     yield conn
@@ -557,6 +561,12 @@ class SQLStore:
                 finally:
                     conn.close()
                 return
+            if not self._kept_lock.acquire(timeout=self.busy_timeout):
+                raise StoreError(
+                    f"{what} failed: another thread held the database for "
+                    f"{self.busy_timeout:g}s (database is locked)"
+                )
+            self._kept_owner = threading.get_ident()
             try:
                 conn = self._kept = self._begin(self.engine, self._kept)
                 try:
@@ -571,6 +581,7 @@ class SQLStore:
                         conn.close()
                     raise
             finally:
+                self._kept_owner = None
                 self._kept_lock.release()
 
     @contextmanager
