@@ -12,13 +12,13 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import queue
 import random
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +56,55 @@ class _Running:
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
     ended: bool = False
+
+
+class _TaskThreads:
+    """Up to ``size`` threads running what is handed to them, started as needed.
+
+    Leaner than ThreadPoolExecutor, whose Future (a Condition each) costs more
+    than a no-op task. The threads are daemons: a task still running when the
+    interpreter exits is abandoned, and its lease lapses to be reclaimed.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._queue: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        #: Handed over and not yet finished.
+        self._outstanding = 0
+
+    def submit(self, run: Callable[[_Running], None], running: _Running) -> None:
+        with self._lock:
+            self._outstanding += 1
+            if self._outstanding > len(self._threads) and len(self._threads) < self._size:
+                thread = threading.Thread(
+                    target=self._loop,
+                    args=(run,),
+                    name=f"durablesched-task_{len(self._threads)}",
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put(running)
+
+    def _loop(self, run: Callable[[_Running], None]) -> None:
+        while (running := self._queue.get()) is not None:
+            try:
+                run(running)
+            except BaseException:  # noqa: S110 - logged where it was raised; the thread goes on
+                pass
+            finally:
+                with self._lock:
+                    self._outstanding -= 1
+
+    def shutdown(self, wait: bool) -> None:
+        """Let the threads go once what was handed over has run; ``wait`` for them."""
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 class Worker:
@@ -132,7 +181,7 @@ class Worker:
         #: Expired leases are looked for at most this often by run_once().
         self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
         self._next_reclaim: datetime | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _TaskThreads | None = None
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
@@ -173,8 +222,7 @@ class Worker:
             self.registry.names,
             process_names=self._process_names(),
         )
-        for claim in claims:
-            self._launch(claim)
+        self._launch(claims)
         return len(claims)
 
     def run_due(self) -> int:
@@ -262,9 +310,7 @@ class Worker:
         if watcher is not None:
             watcher.start(self._on_change)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                self.concurrency, thread_name_prefix="durablesched-task"
-            )
+            self._pool = _TaskThreads(self.concurrency)
         self._looping = True
         failures = 0
         try:
@@ -434,30 +480,37 @@ class Worker:
         return min(times, default=None)
 
     def _register(self, claim: Claim) -> _Running:
-        ctx = TaskContext(claim, self.scheduler)
-        definition = self.registry.get(claim.name)
-        ctx.environment = self._environment_of(definition)
-        if definition.timeout is not None:
-            ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-        running = _Running(claim, ctx)
+        return self._register_all([claim])[0]
+
+    def _register_all(self, claims: list[Claim]) -> list[_Running]:
+        started = []
+        for claim in claims:
+            ctx = TaskContext(claim, self.scheduler)
+            definition = self.registry.get(claim.name)
+            ctx.environment = self._environment_of(definition)
+            if definition.timeout is not None:
+                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            started.append(_Running(claim, ctx))
         with self._changed:
             if not self._active:
                 # Hear this process's cancel requests while we hold tasks.
                 self._unsubscribe = self.scheduler.subscribe(self._on_event)
-            self._active[claim.task_id] = running
+            for running in started:
+                self._active[running.claim.task_id] = running
             self._changed.notify_all()
         if self._next_heartbeat is None:
             self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
-        return running
+        return started
 
-    def _launch(self, claim: Claim) -> None:
-        running = self._register(claim)
+    def _launch(self, claims: list[Claim]) -> None:
+        if not claims:
+            return
+        started = self._register_all(claims)
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
-            self._pool = ThreadPoolExecutor(
-                self.concurrency, thread_name_prefix="durablesched-task"
-            )
-        self._pool.submit(self._execute, running)
+            self._pool = _TaskThreads(self.concurrency)
+        for running in started:
+            self._pool.submit(self._execute, running)
 
     def _execute(self, running: _Running) -> None:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
@@ -683,8 +736,7 @@ class Worker:
             with self._lock:
                 self._pending.extend(again)
         self._forget(finished)
-        for claim in claims:
-            self._launch(claim)
+        self._launch(claims)
         return True
 
     def _forget(self, done: list[_Running]) -> None:
@@ -698,6 +750,8 @@ class Worker:
         self._wakeup.set()
 
     def _log_outcome(self, running: _Running, outcome: Outcome, state: TaskState | None) -> None:
+        if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):
+            return  # the common case, at --log-level warning: nothing to work out
         claim = running.claim
         elapsed = time.monotonic() - running.started
         what = (
