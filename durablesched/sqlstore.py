@@ -498,6 +498,61 @@ def translated(what: str) -> Iterator[None]:
         raise StoreError(f"{what} failed: {message.strip()}") from e
 
 
+# -- group commit --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _SuccessRun:
+    """Plain successes of distinct tasks, recorded by one statement."""
+
+    indexes: list[int]
+    task_ids: list[int]
+    #: {task id: {"o": owner, "f": fence, "r": result JSON}}, as the statement takes it.
+    batch: str
+
+
+#: What a group commit does, in order: a run of plain successes, or one outcome's index.
+_Plan = list[_SuccessRun | int]
+
+
+def _plan(outcomes: Sequence[Outcome]) -> _Plan:
+    """Outcomes in task id order, runs of plain successes grouped; worked out (JSON
+    and all) before the transaction, which then holds the write lock for less.
+
+    Id order is the order every multi-row write here locks rows in: on
+    PostgreSQL a heartbeat of the same tasks then waits instead of deadlocking.
+    """
+    plan: _Plan = []
+    run: dict[int, int] = {}  # task id -> index, for the current run of plain successes
+
+    def close_run() -> None:
+        if run:
+            batch = {
+                str(task_id): {
+                    "o": outcomes[i].claim.owner,
+                    "f": outcomes[i].claim.fence,
+                    "r": "null" if outcomes[i].result is None else _dump(outcomes[i].result),
+                }
+                for task_id, i in run.items()
+            }
+            plan.append(_SuccessRun(list(run.values()), list(run), _dump(batch)))
+            run.clear()
+
+    for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
+        outcome = outcomes[index]
+        plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
+        if plain and outcome.claim.task_id not in run:
+            run[outcome.claim.task_id] = index
+            continue
+        close_run()
+        if plain:
+            run[outcome.claim.task_id] = index
+        else:
+            plan.append(index)
+    close_run()
+    return plan
+
+
 # -- the store -----------------------------------------------------------------------------------
 
 
@@ -715,7 +770,7 @@ class SQLStore:
         if limit <= 0:
             return []
         with self._write("claiming tasks") as conn:
-            return self._claim(
+            rows = self._claim(
                 conn,
                 owner=owner,
                 limit=limit,
@@ -724,6 +779,7 @@ class SQLStore:
                 names=names,
                 process_names=process_names,
             )
+        return self._claims(rows, owner, now, lease)
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -782,9 +838,10 @@ class SQLStore:
         Each outcome with effects or children runs under a savepoint, so one
         that raises is undone alone and comes back as its exception.
         """
+        plan = _plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
-            results = self._record_outcomes(conn, outcomes, now)
-            claims = (
+            results = self._record_outcomes(conn, outcomes, now, plan)
+            rows = (
                 self._claim(
                     conn,
                     owner=owner,
@@ -797,7 +854,7 @@ class SQLStore:
                 if limit > 0
                 else []
             )
-        return results, claims
+        return results, self._claims(rows, owner, now, lease)
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0
@@ -1188,12 +1245,13 @@ class SQLStore:
         lease: timedelta,
         names: Collection[str] | None,
         process_names: Collection[str] = (),
-    ) -> list[Claim]:
+    ) -> list[Any]:
+        """Claim in ``conn``'s transaction; the rows for :meth:`_claims`, to be made
+        into claims after it commits."""
         stamp = self._t(now)
-        expires = now + lease
         params: dict[str, Any] = {
             "owner": owner,
-            "lease_expires_at": self._t(expires),
+            "lease_expires_at": self._t(now + lease),
             "now": stamp,
             "limit": limit,
         }
@@ -1216,7 +1274,13 @@ class SQLStore:
                 self.dialect.insert_events,
                 [(r[0], stamp, "RUNNING", r[4], detail) for r in rows],
             )
-        rows.sort(key=lambda r: (r[7], r[1]))  # (due_at, seq): times compare as stored
+        return rows
+
+    @staticmethod
+    def _claims(rows: list[Any], owner: str, now: datetime, lease: timedelta) -> list[Claim]:
+        """Claims from the rows :meth:`_claim` returned, in (due_at, seq) order."""
+        rows.sort(key=lambda r: (r[7], r[1]))  # times compare as stored
+        expires = now + lease
         due: dict[Any, datetime] = {}  # tasks submitted together share a due time
         claims = []
         for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key in rows:
@@ -1241,35 +1305,18 @@ class SQLStore:
         return claims
 
     def _record_outcomes(
-        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime
+        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime, plan: _Plan
     ) -> list[OutcomeResult]:
-        """Outcomes in task id order; runs of plain successes share statements.
-
-        Id order is the order every multi-row write here locks rows in: on
-        PostgreSQL a heartbeat of the same tasks then waits instead of deadlocking.
-        """
+        """Outcomes in the order of ``plan`` (made before the transaction began)."""
         results: list[OutcomeResult] = [None] * len(outcomes)
-        group: dict[int, int] = {}  # task id -> index, for the current run of plain successes
-
-        def flush() -> None:
-            indexes = list(group.values())
-            for task_id, state in self._complete_many(conn, [outcomes[i] for i in indexes], now):
-                results[group[task_id]] = state
-            group.clear()
-
-        order = sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id)
-        for index in order:
-            outcome = outcomes[index]
-            plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
-            if plain and outcome.claim.task_id not in group:
-                group[outcome.claim.task_id] = index
+        for step in plan:
+            if isinstance(step, int):
+                results[step] = self._apply(conn, outcomes[step], now)
                 continue
-            flush()
-            if plain:
-                group[outcome.claim.task_id] = index
-            else:
-                results[index] = self._apply(conn, outcome, now)
-        flush()
+            for index, state in zip(
+                step.indexes, self._complete_many(conn, step, now), strict=True
+            ):
+                results[index] = state
         return results
 
     def _apply(self, conn: Connection, outcome: Outcome, now: datetime) -> OutcomeResult:
@@ -1315,29 +1362,19 @@ class SQLStore:
         return TaskState.SUCCEEDED
 
     def _complete_many(
-        self, conn: Connection, outcomes: list[Outcome], now: datetime
-    ) -> list[tuple[int, TaskState | None]]:
-        """Plain successes of distinct tasks in three statements in all: (task id, new state)."""
-        if not outcomes:
-            return []
+        self, conn: Connection, run: _SuccessRun, now: datetime
+    ) -> list[TaskState | None]:
+        """Plain successes of distinct tasks in three statements in all: their new states."""
         stamp = self._t(now)
-        batch = {
-            str(o.claim.task_id): {
-                "o": o.claim.owner,
-                "f": o.claim.fence,
-                "r": "null" if o.result is None else _dump(o.result),
-            }
-            for o in outcomes
-        }
         # id, attempts, idempotency_key, result
         rows = {
             r[0]: r
             for r in self._rows(
-                conn, self.dialect.complete_many, {"batch": _dump(batch), "now": stamp}
+                conn, self.dialect.complete_many, {"batch": run.batch, "now": stamp}
             )
         }
         if rows and not self.dialect.writes_history:
-            done = [rows[o.claim.task_id] for o in outcomes if o.claim.task_id in rows]
+            done = [rows[task_id] for task_id in run.task_ids if task_id in rows]
             self._many(
                 conn,
                 self.dialect.record_keys,
@@ -1348,10 +1385,7 @@ class SQLStore:
                 self.dialect.insert_events,
                 [(r[0], stamp, "SUCCEEDED", r[1], None) for r in done],
             )
-        return [
-            (o.claim.task_id, TaskState.SUCCEEDED if o.claim.task_id in rows else None)
-            for o in outcomes
-        ]
+        return [TaskState.SUCCEEDED if task_id in rows else None for task_id in run.task_ids]
 
     def _fail(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
         assert outcome.error is not None

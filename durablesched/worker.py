@@ -389,6 +389,15 @@ class Worker:
         if error is not None:
             self._watch_error = error
         self._changed_elsewhere = True
+        if (
+            error is None
+            and len(self._active) >= self.concurrency
+            and time.monotonic() - self._last_early_heartbeat < EARLY_HEARTBEAT
+        ):
+            # Every slot is taken (its group commit claims for it) and the last early
+            # heartbeat is recent: nothing to do until one is due. Under load from
+            # other processes this spares a pass per commit they make.
+            return
         self._wakeup.set()
 
     def _early_heartbeat_due(self) -> bool:
@@ -397,10 +406,13 @@ class Worker:
         while tasks run here, so that a cancel reaches them promptly."""
         if not self._changed_elsewhere:
             return False
-        self._changed_elsewhere = False
-        now = time.monotonic()
-        if not self._active or now - self._last_early_heartbeat < EARLY_HEARTBEAT:
+        if not self._active:
+            self._changed_elsewhere = False  # no task here to tell
             return False
+        now = time.monotonic()
+        if now - self._last_early_heartbeat < EARLY_HEARTBEAT:
+            return False  # kept for later: _next_wake_time() wakes the loop for it
+        self._changed_elsewhere = False
         self._last_early_heartbeat = now
         return True
 
@@ -475,6 +487,11 @@ class Worker:
                 times.append(nxt)
         if self.active_count and self._next_heartbeat is not None:
             times.append(self._next_heartbeat)
+        if self._changed_elsewhere and self.active_count:
+            # A commit seen while an early heartbeat was not yet allowed: make it
+            # when it is (see _on_change).
+            wait = EARLY_HEARTBEAT - (time.monotonic() - self._last_early_heartbeat)
+            times.append(now + timedelta(seconds=max(0.0, wait)))
         if self._next_reclaim is not None:
             times.append(self._next_reclaim)
         return min(times, default=None)
