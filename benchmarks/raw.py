@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
 
 from durablesched import SQLiteStore
-from durablesched.records import NewTask
+from durablesched.records import TASK_KEY_PREFIX, NewTask
 from durablesched.sqlite import SYNCHRONOUS, to_db_time
+from durablesched.sqlstore import SQLITE
 
 from .common import NOW
 
@@ -50,6 +52,53 @@ def claim_complete_loop(path: Path, n: int, batch: int, durability: str) -> floa
         done += len(claimed)
     elapsed = time.perf_counter() - start
     conn.close()
+    return n / elapsed
+
+
+def our_statements_loop(path: Path, n: int, batch: int, durability: str) -> float:
+    """durablesched's own group commit, statement for statement, with no Python around it.
+
+    Each transaction records the previous batch's successes (the fenced UPDATE,
+    their idempotency keys and history lines) and claims the next batch (with
+    its history lines), as a worker's group commit does: the ceiling of what
+    durablesched writes per task, against which the raw loops write no history
+    and no keys. Tasks/s.
+    """
+    prepare(path, n)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[durability]}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    now = to_db_time(NOW)
+    claim = {"owner": "raw", "lease_expires_at": "9999", "now": now, "limit": batch}
+    done = 0
+    held: list[tuple[int, int]] = []
+    start = time.perf_counter()
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        if held:
+            outcomes = {str(i): {"o": "raw", "f": fence, "r": "null"} for i, fence in held}
+            params = {"batch": json.dumps(outcomes), "now": now}
+            # id, attempts, idempotency_key, result
+            rows = conn.execute(SQLITE.complete_many, params).fetchall()
+            conn.executemany(
+                SQLITE.record_keys, [(f"{TASK_KEY_PREFIX}{r[0]}", r[0], now, r[3]) for r in rows]
+            )
+            conn.executemany(
+                SQLITE.insert_events, [(r[0], now, "SUCCEEDED", r[1], None) for r in rows]
+            )
+            done += len(rows)
+        # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key
+        rows = conn.execute(SQLITE.claim, claim).fetchall()
+        conn.executemany(
+            SQLITE.insert_events, [(r[0], now, "RUNNING", r[4], "claimed by raw") for r in rows]
+        )
+        conn.execute("COMMIT")
+        held = [(r[0], r[6]) for r in rows]
+        if not rows:
+            break
+    elapsed = time.perf_counter() - start
+    conn.close()
+    assert done == n, f"only {done} of {n} tasks recorded"
     return n / elapsed
 
 

@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             partial(raw.claim_complete_loop, db(), size.raw, 32, durability),
         )
     step("raw_executemany", lambda: raw.executemany_insert(db(), size.submit_many))
+    for durability in ("full", "normal"):
+        step(
+            f"our_statements_32_per_tx_{durability}",
+            partial(raw.our_statements_loop, db(), size.raw, 32, durability),
+        )
 
     print("durablesched:")
     step("submit_single", lambda: ours.submit_single(db(), size.submit_single))
@@ -267,6 +272,20 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
     ]
     if "pg_e2e_1proc_32slots" in figures:
         targets += _pg_targets(figures)
+    e2e_32_full = _rate(figures, "e2e_1proc_32slots_full")
+    ceiling = _rate(figures, "our_statements_32_per_tx_full")
+    context = [
+        (
+            "durablesched's statements, 32 per tx, in raw sqlite3 (FULL) / raw 32-per-tx (FULL): "
+            "the cost of writing history and keys",
+            ceiling / _rate(figures, "raw_32_per_tx_full"),
+        ),
+        (
+            "e2e 1 process, 32 slots (FULL) / durablesched's statements in raw sqlite3 (FULL): "
+            "how near the worker runs to its own SQL",
+            e2e_32_full / ceiling,
+        ),
+    ]
     return {
         "machine": {
             "python": platform.python_version(),
@@ -280,6 +299,7 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
             {"target": name, "value": value, "op": op, "goal": goal, "met": _met(value, op, goal)}
             for name, value, op, goal in targets
         ],
+        "context": [{"ratio": name, "value": value} for name, value in context],
     }
 
 
@@ -333,6 +353,8 @@ def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
     for t in report["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
         lines.append(f"| {t['target']} | {t['value']:.2f} | {t['op']} {t['goal']} | {met} |")
+    lines += ["", "| ratio (not a target) | measured |", "| --- | --- |"]
+    lines += [f"| {c['ratio']} | {c['value']:.2f} |" for c in report.get("context", [])]
     lines += ["", "| peer | what it lacks that durablesched has |", "| --- | --- |"]
     lines += [f"| {peer} | {lacks} |" for peer, lacks in PEER_NOTES.items()]
     table = "\n".join(lines) + "\n"
@@ -347,6 +369,7 @@ CHARTED = (
     "e2e_",
     "raw_1",
     "raw_32",
+    "our_statements",
     "huey",
     "litequeue",
     "persistqueue",
