@@ -15,11 +15,13 @@ from durablesched import (
     RetryPolicy,
     Scheduler,
     SQLiteStore,
+    StoreError,
     TaskContext,
     TaskRegistry,
     TaskState,
     Worker,
 )
+from durablesched.records import NewTask
 from durablesched.testing import run_due, run_until_complete
 
 from ..conftest import T0, WAIT
@@ -178,3 +180,56 @@ def test_tasks_survive_reopening_the_file(tmp_path: Path, registry: TaskRegistry
     assert run_due(second) == 3
     assert [second.get(i).result for i in ids] == [0, 2, 4]
     second.store.close()
+
+
+def test_a_write_waiting_behind_a_long_effect_fails_clearly_after_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """A process's writers queue on one kept connection: a writer stuck behind an
+    effect that holds it gets a StoreError naming the wait, not a hang."""
+    store = SQLiteStore(tmp_path / "held.db", busy_timeout=0.3)
+    ((task_id, _),) = store.submit([NewTask("slow", {}, T0, 1)], T0)
+    (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
+    inside, release = threading.Event(), threading.Event()
+
+    def holds(_conn: Connection) -> None:
+        inside.set()
+        assert release.wait(WAIT)
+
+    holder = threading.Thread(
+        target=store.complete, args=(claim, None, T0), kwargs={"effects": [holds]}
+    )
+    holder.start()
+    try:
+        assert inside.wait(WAIT)
+        with pytest.raises(StoreError, match="submitting tasks failed: another thread held"):
+            store.submit([NewTask("later", {}, T0, 1)], T0)
+    finally:
+        release.set()
+        holder.join(WAIT)
+    assert (record := store.get(task_id)) is not None
+    assert record.state is TaskState.SUCCEEDED
+    assert [t.name for t in store.list_tasks()] == ["slow"]  # nothing half-stored
+    store.close()
+
+
+def test_an_effect_that_submits_on_its_own_connection_is_refused_not_deadlocked(
+    tmp_path: Path,
+) -> None:
+    """A write begun inside another on the same thread cannot take the kept
+    connection: it gets its own, finds the file locked by the outer one, and
+    fails with a StoreError after busy_timeout; the outer success then fails too
+    (its effect raised), and the task is retried, nothing half-done."""
+    store = SQLiteStore(tmp_path / "nested.db", busy_timeout=0.3)
+    ((task_id, _),) = store.submit([NewTask("outer", {}, T0, 2)], T0)
+    (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
+
+    def submits_alone(_conn: Connection) -> None:
+        store.submit([NewTask("inner", {}, T0, 1)], T0)
+
+    with pytest.raises(StoreError, match="submitting tasks failed"):
+        store.complete(claim, None, T0, effects=[submits_alone])
+    assert (record := store.get(task_id)) is not None
+    assert record.state is TaskState.RUNNING
+    assert [t.name for t in store.list_tasks()] == ["outer"]
+    store.close()
