@@ -388,8 +388,8 @@ def _met(value: float, op: str, goal: float) -> bool | None:
 
 def _show(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {v:,.1f}" for k, v in value.items())
-    return f"{value:,.1f}"
+        return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
+    return f"{value:,.2f}" if abs(value) < 10 else f"{value:,.1f}"
 
 
 def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
