@@ -31,8 +31,6 @@ SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
-#: The claim statements, for tests that read their query plans.
-
 
 # -- the engine ----------------------------------------------------------------------------------
 
