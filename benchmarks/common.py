@@ -60,7 +60,11 @@ class Child:
             self.wait_rusage(30)
 
 
-def worker(db: Path | str, *args: str, durability: str = "full") -> Child:
+def worker(
+    db: Path | str, *args: str, durability: str = "full", stderr: Path | None = None
+) -> Child:
+    """A worker process; its log goes to ``stderr`` if given, else nowhere."""
+    log = None if stderr is None else stderr.open("w")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(  # noqa: S603 - our own command
         [
@@ -82,7 +86,9 @@ def worker(db: Path | str, *args: str, durability: str = "full") -> Child:
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if log is None else log,
         text=True,
     )
+    if log is not None:
+        log.close()  # the child has its own copy
     return Child(proc)

@@ -18,9 +18,9 @@ def main() -> int:
     argv = sys.argv[1:]
     pid = os.fork()
     if pid == 0:
+        # Our stdout carries the report; the command's log goes where ours does.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
         os.execv(argv[0], argv)  # noqa: S606 - the benchmark's own worker command
 
     def forward(signum: int, _frame: FrameType | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -88,6 +89,78 @@ def end_to_end(
     assert done == n, f"only {done} of {n} tasks succeeded"
     elapsed = (from_db_time(last) - from_db_time(first)).total_seconds()
     return {"tasks_per_s": n / elapsed, "peak_rss_mib": peak_rss / 1024}
+
+
+def contention_envelope(
+    path: Path, levels: list[tuple[int, int]], seconds: float
+) -> dict[str, dict[str, float]]:
+    """Submitting and claiming processes at once on one file: busy retries per level.
+
+    Each level runs ``submitters`` processes submitting one task per
+    transaction for ``seconds`` against ``workers`` worker processes (4 slots
+    each) until every task has run; it reports the transactions that found the
+    database busy and were retried (in submitters and in workers), and any
+    error that reached a process (none should: a retry is invisible to the user).
+    """
+    report: dict[str, dict[str, float]] = {}
+    for submitters, workers in levels:
+        db = fresh(path)
+        SQLiteStore(db).close()
+        logs = [path.with_name(f"{path.name}.worker{i}.log") for i in range(workers)]
+        claimers = [
+            worker(db, "--concurrency", "4", "--log-level", "warning", stderr=log) for log in logs
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        started = time.monotonic()
+        procs = [
+            subprocess.Popen(  # noqa: S603 - our own script
+                [sys.executable, "-m", "benchmarks.submitter", str(db), str(seconds)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(submitters)
+        ]
+        submitted = submit_retries = errors = 0
+        for proc in procs:
+            out, err = proc.communicate(timeout=seconds + 120)
+            if proc.returncode != 0:
+                errors += 1
+                continue
+            result = json.loads(out)
+            submitted += result["submitted"]
+            submit_retries += result["busy_retries"]
+            errors += err.count("Error")
+        deadline = time.monotonic() + 300
+        while _succeeded(db) < submitted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        wall = time.monotonic() - started
+        done = _succeeded(db)
+        for claimer in claimers:
+            claimer.stop()
+        worker_retries = 0
+        for log in logs:
+            text = log.read_text()
+            errors += text.count("ERROR")
+            worker_retries += sum(
+                int(n) for n in re.findall(r"retried on a busy database: (\d+)", text)
+            )
+        report[f"{submitters}x{workers}"] = {
+            "submitted_per_s": submitted / seconds,
+            "finished_per_s": done / wall,
+            "submit_busy_retries": submit_retries,
+            "worker_busy_retries": worker_retries,
+            "errors": errors + (submitted - done),
+        }
+    return report
+
+
+def _succeeded(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM tasks WHERE state = 'SUCCEEDED'").fetchone()
+    return int(n)
 
 
 def claim_latency(path: Path, pending: int, finished: int, samples: int) -> dict[str, float]:

@@ -118,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         lambda: ours.claim_latency(db(), 1_000, size.claim_finished, size.claim_samples),
     )
     step("pickup_idle", lambda: ours.pickup_and_idle(db(), size.pickup, size.idle_seconds))
+    step(
+        "contention_envelope",
+        lambda: ours.contention_envelope(db(), size.contention, size.contention_seconds),
+    )
     step("memory_backend_bytes_per_task", lambda: ours.memory_backend(size.memory_tasks))
 
     found = peers.available()
@@ -249,6 +253,9 @@ class Sizes:
         self.peer = 500 if smoke else 10_000
         self.attempts = 50 if smoke else 1_000
         self.repeats = 1 if smoke else 3
+        #: (submitting processes, worker processes) for the contention envelope.
+        self.contention = [(1, 1), (2, 2)] if smoke else [(1, 1), (2, 2), (4, 2), (8, 4), (16, 4)]
+        self.contention_seconds = 0.5 if smoke else 3.0
 
 
 def _rate(figures: dict[str, Any], key: str) -> float:
@@ -388,7 +395,10 @@ def _met(value: float, op: str, goal: float) -> bool | None:
 
 def _show(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
+        return "; ".join(
+            f"{k} ({_show(v)})" if isinstance(v, dict) else f"{k} {_show(v)}"
+            for k, v in value.items()
+        )
     return f"{value:,.2f}" if abs(value) < 10 else f"{value:,.1f}"
 
 

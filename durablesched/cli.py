@@ -244,7 +244,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except DurableSchedError as e:
             log.error("could not give back unfinished tasks: %s", e)
             code = EXIT_REFUSED
-        log.info("stopped; transactions retried on a busy database: %s", store.busy_retries)
+        log.log(
+            logging.WARNING if store.busy_retries else logging.INFO,
+            "stopped; transactions retried on a busy database: %s",
+            store.busy_retries,
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
