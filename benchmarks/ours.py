@@ -163,29 +163,45 @@ def _succeeded(db: Path) -> int:
     return int(n)
 
 
-def claim_latency(path: Path, pending: int, finished: int, samples: int) -> dict[str, float]:
-    """Seconds per claim of one task, with ``pending`` waiting and ``finished`` done rows."""
-    store = SQLiteStore(fresh(path))
-    batch = 50_000
-    for start in range(0, pending + finished, batch):
-        count = min(batch, pending + finished - start)
-        store.submit([NewTask("noop", {}, NOW, 1) for _ in range(count)], NOW)
-    store.close()
-    if finished:
-        with sqlite3.connect(path) as conn:
-            conn.execute(
-                "UPDATE tasks SET state = 'SUCCEEDED', finished_at = created_at WHERE id <= ?",
-                (finished,),
-            )
-    store = SQLiteStore(path)
+def claim_latencies(
+    path: Path, tables: dict[str, tuple[int, int]], samples: int
+) -> dict[str, dict[str, float]]:
+    """Seconds per claim of one task, per table of (pending, finished) rows.
+
+    The claims are taken in turn, one on each table, so that every table is
+    sampled under the same conditions: a claim is mostly its commit's fsync,
+    whose time on a shared machine swings by a factor of three within minutes.
+    """
+    stores = {}
+    for index, (name, (pending, finished)) in enumerate(tables.items()):
+        db = fresh(path.with_name(f"{path.name}.{index}"))
+        store = SQLiteStore(db)
+        batch = 50_000
+        for start in range(0, pending + finished, batch):
+            count = min(batch, pending + finished - start)
+            store.submit([NewTask("noop", {}, NOW, 1) for _ in range(count)], NOW)
+        store.close()
+        if finished:
+            with sqlite3.connect(db) as conn:
+                conn.execute(
+                    "UPDATE tasks SET state = 'SUCCEEDED', finished_at = created_at WHERE id <= ?",
+                    (finished,),
+                )
+        stores[name] = (SQLiteStore(db), pending)
     lease = timedelta(seconds=30)
-    times = []
-    for _ in range(min(samples, pending)):
-        t0 = time.perf_counter()
-        store.claim("bench", 1, NOW, lease)
-        times.append(time.perf_counter() - t0)
-    store.close()
-    return {"p50_us": median(times) * 1e6, "p99_us": percentile(times, 99) * 1e6}
+    times: dict[str, list[float]] = {name: [] for name in stores}
+    for i in range(samples):
+        for name, (store, pending) in stores.items():
+            if i < pending:
+                t0 = time.perf_counter()
+                store.claim("bench", 1, NOW, lease)
+                times[name].append(time.perf_counter() - t0)
+    for store, _ in stores.values():
+        store.close()
+    return {
+        name: {"p50_us": median(t) * 1e6, "p99_us": percentile(t, 99) * 1e6}
+        for name, t in times.items()
+    }
 
 
 def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, float]:

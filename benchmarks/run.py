@@ -108,15 +108,14 @@ def main(argv: list[str] | None = None) -> int:
             f"e2e_{processes}proc_8slots_full",
             partial(ours.end_to_end, db(), size.e2e, 8, processes, "full"),
         )
-    for pending in size.claim_pending:
-        step(
-            f"claim_{pending}_pending",
-            partial(ours.claim_latency, db(), pending, 0, size.claim_samples),
-        )
-    step(
-        f"claim_{size.claim_finished}_finished",
-        lambda: ours.claim_latency(db(), 1_000, size.claim_finished, size.claim_samples),
+    claims = ours.claim_latencies(
+        db(),
+        {f"claim_{pending}_pending": (pending, 0) for pending in size.claim_pending}
+        | {f"claim_{size.claim_finished}_finished": (1_000, size.claim_finished)},
+        size.claim_samples,
     )
+    for name, latency in claims.items():
+        step(name, partial(dict, latency))
     step("pickup_idle", lambda: ours.pickup_and_idle(db(), size.pickup, size.idle_seconds))
     step(
         "contention_envelope",
