@@ -605,39 +605,36 @@ class SQLStore:
         effect that submits on its own) gets a connection of its own.
         """
         with translated(what):
-            if self._kept_owner == threading.get_ident():
-                conn = self._begin(self.engine)
-                try:
-                    yield conn
-                    conn.commit()
-                except BaseException:
-                    conn.rollback()
-                    raise
-                finally:
-                    conn.close()
-                return
-            if not self._kept_lock.acquire(timeout=self.busy_timeout):
-                raise StoreError(
-                    f"{what} failed: another thread held the database for "
-                    f"{self.busy_timeout:g}s (database is locked)"
-                )
-            self._kept_owner = threading.get_ident()
+            nested = self._kept_owner == threading.get_ident()
+            if not nested:
+                if not self._kept_lock.acquire(timeout=self.busy_timeout):
+                    raise StoreError(
+                        f"{what} failed: another thread held the database for "
+                        f"{self.busy_timeout:g}s (database is locked)"
+                    )
+                self._kept_owner = threading.get_ident()
             try:
-                conn = self._kept = self._begin(self.engine, self._kept)
+                conn = self._begin(self.engine, None if nested else self._kept)
+                if not nested:
+                    self._kept = conn
                 try:
                     yield conn
                     conn.commit()
                 except BaseException:
-                    # Start afresh next time: the connection may be what failed.
-                    self._kept = None
+                    # A kept connection starts afresh next time: it may be what failed.
+                    if not nested:
+                        self._kept = None
                     try:
                         conn.rollback()
                     finally:
                         conn.close()
                     raise
+                if nested:
+                    conn.close()
             finally:
-                self._kept_owner = None
-                self._kept_lock.release()
+                if not nested:
+                    self._kept_owner = None
+                    self._kept_lock.release()
 
     @contextmanager
     def _read(self, what: str) -> Iterator[Connection]:
