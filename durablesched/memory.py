@@ -151,6 +151,15 @@ class MemoryStore:
                 )
         return renewed
 
+    def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
+        with self._lock:
+            valid = [self._valid(c, owner, now) for c in sorted(claims, key=lambda c: c.task_id)]
+        return [
+            LeaseStatus(t.id, t.fence, t.lease_expires_at, t.cancel_requested_at is not None)
+            for t in valid
+            if t is not None and t.lease_expires_at is not None
+        ]
+
     def complete(
         self,
         claim: Claim,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -31,11 +31,12 @@ class TaskDefinition:
     environment: str | None = None
     #: How long one attempt may run; None means no limit.
     timeout: timedelta | None = None
+    #: An ``async def`` function: it runs on the worker's event loop. Worked out
+    #: once: ``inspect`` costs more per call than a no-op task.
+    is_async: bool = field(init=False)
 
-    @property
-    def is_async(self) -> bool:
-        """An ``async def`` function: it runs on the worker's event loop."""
-        return inspect.iscoroutinefunction(self.fn)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
 
 class TaskRegistry:

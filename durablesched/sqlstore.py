@@ -126,6 +126,10 @@ SQL_RELEASE = text(
     f"WHERE {VALID} RETURNING state, attempts"
 )
 SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
+SQL_LEASES = text(
+    "SELECT id, fence, lease_owner, lease_expires_at, cancel_requested_at FROM tasks "
+    "WHERE id IN :ids AND state = 'RUNNING' AND lease_expires_at > :now ORDER BY id"
+).bindparams(bindparam("ids", expanding=True))
 SQL_CANCEL_WAITING = text(
     "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
     f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
@@ -793,6 +797,23 @@ class SQLStore:
             # id, fence, lease_expires_at, cancel_requested_at
             rows = sorted(self._rows(conn, self.dialect.heartbeat, params), key=lambda r: int(r[0]))
         return [LeaseStatus(r[0], r[1], from_db_time(r[2]), r[3] is not None) for r in rows]
+
+    def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
+        fences: dict[int, set[int]] = {}
+        for c in claims:
+            if c.owner == owner:
+                fences.setdefault(c.task_id, set()).add(c.fence)
+        if not fences:
+            return []
+        with self._read("checking leases") as conn:
+            rows = conn.execute(SQL_LEASES, {"ids": list(fences), "now": self._t(now)}).all()
+        return [
+            LeaseStatus(
+                r.id, r.fence, from_db_time(r.lease_expires_at), r.cancel_requested_at is not None
+            )
+            for r in rows
+            if r.lease_owner == owner and r.fence in fences[r.id]
+        ]
 
     def complete(
         self,

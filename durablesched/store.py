@@ -107,6 +107,14 @@ class Store(Protocol):
         """
         ...
 
+    def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
+        """What :meth:`heartbeat` would answer, read without renewing anything.
+
+        A read takes no write lock: a worker uses it to hear of cancel requests
+        between heartbeats without queueing behind other processes' writes.
+        """
+        ...
+
     def complete(
         self,
         claim: Claim,

@@ -35,7 +35,7 @@ from .errors import (
     TaskCancelled,
     TaskTimeout,
 )
-from .records import Claim, ErrorInfo, Outcome
+from .records import Claim, ErrorInfo, LeaseStatus, Outcome
 from .registry import TaskDefinition, TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
@@ -204,7 +204,14 @@ class Worker:
         """
         self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
-        self.heartbeat(now, force=self._early_heartbeat_due())
+        early = self._early_heartbeat_due()
+        if self._next_heartbeat is None or now >= self._next_heartbeat:
+            self.heartbeat(now)
+        elif early:
+            # Between heartbeats a read does: it hears of a cancel without
+            # queueing for the write lock behind other processes (and holding
+            # this process's group commits up meanwhile).
+            self._check_leases(now)
         if self._next_reclaim is None or now >= self._next_reclaim:
             # Not on every pass: a busy worker wakes after each group commit.
             self.reclaim(now)
@@ -257,13 +264,21 @@ class Worker:
         self._next_heartbeat = now + self.heartbeat_interval
         with self._lock:
             held = {task_id: r for task_id, r in self._active.items()}
-        if not held:
-            return
-        claims = [r.claim for r in held.values()]
-        renewed = {
-            s.task_id: s
-            for s in self.scheduler.store.heartbeat(self.owner, claims, now, self.lease)
-        }
+        if held:
+            claims = [r.claim for r in held.values()]
+            self._take(held, self.scheduler.store.heartbeat(self.owner, claims, now, self.lease))
+
+    def _check_leases(self, now: datetime) -> None:
+        """What a heartbeat would tell, read without renewing: lost leases, cancel requests."""
+        with self._lock:
+            held = {task_id: r for task_id, r in self._active.items()}
+        if held:
+            claims = [r.claim for r in held.values()]
+            self._take(held, self.scheduler.store.check_leases(self.owner, claims, now))
+
+    def _take(self, held: dict[int, _Running], statuses: list[LeaseStatus]) -> None:
+        """Act on a heartbeat's (or a lease check's) answer for the tasks held when it began."""
+        renewed = {s.task_id: s for s in statuses}
         for task_id, running in held.items():
             status = renewed.get(task_id)
             if status is None:
@@ -401,9 +416,9 @@ class Worker:
         self._wakeup.set()
 
     def _early_heartbeat_due(self) -> bool:
-        """Heartbeat now, ahead of time, because another process committed (it may have
-        asked a task of ours to stop): at most every EARLY_HEARTBEAT seconds, and only
-        while tasks run here, so that a cancel reaches them promptly."""
+        """Check the leases now, ahead of the heartbeat, because another process committed
+        (it may have asked a task of ours to stop): at most every EARLY_HEARTBEAT seconds,
+        and only while tasks run here, so that a cancel reaches them promptly."""
         if not self._changed_elsewhere:
             return False
         if not self._active:

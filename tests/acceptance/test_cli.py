@@ -233,7 +233,7 @@ def test_cancel_of_a_task_in_a_process_is_enforced_through_the_command(
 ) -> None:
     task_id = as_json(cli("submit", "slow", "--args", '{"seconds": 60}', "--json", db=db))["id"]
     # A long lease: heartbeats every 20 s. The cancel must not wait for one: the
-    # worker hears of the other process's commit and heartbeats early.
+    # worker hears of the other process's commit and checks its leases early.
     workers.start("--environment", "process", "--cancel-grace", "0.5", concurrency=1, lease=60)
     wait_for(lambda: state_of(db, task_id) is TaskState.RUNNING, "the task to start")
     result = cli("cancel", str(task_id), db=db)

@@ -134,6 +134,29 @@ def test_heartbeat_of_another_owner_is_refused(store: Store) -> None:
     assert store.heartbeat("intruder", claims, at(11), LEASE) == []
 
 
+def test_check_leases_answers_like_a_heartbeat_without_renewing(store: Store) -> None:
+    a, b, c = store.submit([new("a"), new("b"), new("c")], T0)
+    claims = store.claim("w", 3, at(10), LEASE)
+    by_id = {claim.task_id: claim for claim in claims}
+    assert store.request_cancel(b.task_id, at(11)) is CancelOutcome.REQUESTED
+    assert store.complete(by_id[c.task_id], None, at(11))
+    statuses = store.check_leases("w", claims, at(12))
+    # The finished task is gone from the answer, as it would be from a heartbeat's.
+    assert [(s.task_id, s.fence, s.lease_expires_at, s.cancel_requested) for s in statuses] == [
+        (a.task_id, 1, at(10) + LEASE, False),
+        (b.task_id, 1, at(10) + LEASE, True),
+    ]
+    # Nothing was renewed: the leases still end where the claim put them.
+    assert store.check_leases("w", claims, at(10) + LEASE) == []
+    assert store.check_leases("intruder", claims, at(12)) == []
+    reclaimed = store.reclaim_expired(at(10) + LEASE, no_delay)
+    assert sorted(r.task_id for r in reclaimed) == [a.task_id, b.task_id]
+    (again,) = store.claim("w", 1, at(100), LEASE)
+    # A claim from before the reclaim (an older fence) is no longer valid.
+    assert store.check_leases("w", [by_id[again.task_id]], at(101)) == []
+    assert [s.fence for s in store.check_leases("w", [again], at(101))] == [2]
+
+
 def test_explicit_failure_schedules_a_later_retry(store: Store) -> None:
     (s,) = store.submit([new("t", attempts=3)], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)

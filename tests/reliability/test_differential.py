@@ -1,7 +1,7 @@
 """Model-based differential test: the SQL backends against the in-memory one, step by step.
 
 Hypothesis drives random interleavings of submit (equal due times, idempotency
-keys), cancel, clock advance, claim, heartbeat, complete, fail, acknowledge
+keys), cancel, clock advance, claim, heartbeat, lease check, complete, fail, acknowledge
 cancellation, give-back and abandonment (lease expiry and reclaim) against both
 stores in lockstep. After every step each task's full record and history must
 be identical, and the invariants must hold.
@@ -166,6 +166,12 @@ class StoresAgree(RuleBasedStateMachine):
         mine = [c for c in self.held if c.owner == owner]
         statuses = self.both("heartbeat", owner, mine, self.clock.now(), LEASE)
         assert len({s.task_id for s in statuses}) == len(statuses)
+
+    @precondition(lambda self: self.held)
+    @rule(owner=st.sampled_from(["w1", "w2"]))
+    def check_leases(self, owner: str) -> None:
+        mine = [c for c in self.held if c.owner == owner]
+        self.both("check_leases", owner, mine, self.clock.now())
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), result=st.integers(-5, 5))
