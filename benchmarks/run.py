@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import ours, peers, pg, raw
+from . import lock_timeline, ours, peers, pg, raw
 from .common import median
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         step(
             f"e2e_{processes}proc_8slots_full",
             partial(ours.end_to_end, db(), size.e2e, 8, processes, "full"),
+        )
+    for processes in (1, 4):
+        # Target 6's why: who held the write lock, how long, and what each switch cost.
+        step(
+            f"write_lock_{processes}proc_8slots",
+            partial(lock_timeline.timeline, db(), size.e2e, processes, 8),
         )
     claims = ours.claim_latencies(
         db(),

@@ -37,6 +37,10 @@ def test_benchmark_smoke_produces_every_figure(tmp_path: Path) -> None:
         "persistqueue_ackqueue",
     ):
         assert key in figures, key
+    for processes in (1, 4):
+        lock = figures[f"write_lock_{processes}proc_8slots"]
+        assert lock["transactions"] > 0 and 0 < lock["lock_busy_pct"] <= 100
+    assert figures["write_lock_1proc_8slots"]["same_process_next_pct"] == 100
     for key in ("pg_e2e_4proc_32slots", "pg_pgqueuer_4proc", "pg_procrastinate_1proc"):
         assert key in figures, key  # PostgreSQL is required where these tests run
     assert len(report["targets"]) == 15
