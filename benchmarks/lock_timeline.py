@@ -79,6 +79,8 @@ def timeline(path: Path, n: int, processes: int, slots: int) -> dict[str, float]
         for i, out in enumerate(outs)
         for asked, got, released in json.loads(out.read_text())
     )
+    for out in outs:
+        out.unlink()
     start, end = spans[0][0], max(s[1] for s in spans)
     holds = [released - got for got, released, _, _ in spans]
     waits = [got - asked for got, _, asked, _ in spans]
