@@ -186,6 +186,9 @@ class DataVersionWatcher:
 
     #: How often (seconds) the watcher checks the file is still the one opened.
     FILE_CHECK_INTERVAL = 1.0
+    #: How long (seconds) the watcher lets a commit that is being written land
+    #: before it looks again, rather than waking for each of its writes.
+    SETTLE = 0.001
 
     def __init__(
         self, engine: Engine, poll_interval: float, identity: tuple[int, int] | None
@@ -219,7 +222,14 @@ class DataVersionWatcher:
         # soon after, backing off from 1 ms to 64 ms, instead of in a second.
         recheck: float | None = None
         while not self._closed.is_set():
-            if self._inotify is not None:
+            if self._inotify is not None and recheck == self.SETTLE:
+                # A commit is being written, a WAL write per page (a dozen for a
+                # group commit): let the rest land and take their events at once,
+                # instead of waking and reading data_version for each.
+                if self._closed.wait(self.SETTLE):
+                    return
+                written = self._inotify.wait(0)
+            elif self._inotify is not None:
                 written = self._inotify.wait(recheck or self.FILE_CHECK_INTERVAL)
             else:
                 self._closed.wait(self._poll_interval)
@@ -235,7 +245,7 @@ class DataVersionWatcher:
                 recheck = None
                 on_change(None)
             elif written:
-                recheck = 0.001
+                recheck = self.SETTLE
             elif recheck is not None:
                 recheck = recheck * 2 if recheck < 0.064 else None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,45 @@ def test_watcher_sees_another_connections_commit(
         other.submit([NewTask("t", {}, T0, 1)], T0)
         other.close()
         assert seen.commit.wait(WAIT)
+        assert seen.errors == []
+    finally:
+        watcher.close()
+        store.close()
+
+
+@linux
+def test_a_commit_being_written_is_looked_at_once_a_millisecond_not_once_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit writes the WAL a page at a time; reading data_version after each
+    write (as the watcher once did: about 150 reads for this commit) costs the
+    worker's process CPU for nothing, since the commit is not visible until it ends."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes()
+    assert watcher.uses_inotify
+    reads = 0
+    read = watcher._read
+
+    def counted() -> int:
+        nonlocal reads
+        reads += 1
+        return read()
+
+    monkeypatch.setattr(watcher, "_read", counted)
+    seen = Seen()
+    watcher.start(seen)
+    try:
+        other = SQLiteStore(tmp_path / "jobs.db")
+        pad = "x" * 1000
+        started = time.monotonic()
+        # About 3 MB in one transaction: hundreds of WAL writes.
+        other.submit([NewTask("t", {"pad": pad}, T0, 1) for _ in range(3000)], T0)
+        assert seen.commit.wait(WAIT)
+        elapsed = time.monotonic() - started
+        other.close()
+        # At most one look after each settling pause, one on the first write, and
+        # one on an event that ends a backoff: two per pause at worst.
+        assert reads <= 2 * elapsed / watcher.SETTLE + 2, (reads, elapsed)
         assert seen.errors == []
     finally:
         watcher.close()
