@@ -347,9 +347,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
             raise UsageError(f"--at needs a time zone, for example {args.at}+00:00")
     delay = parse_duration(args.delay, "--delay") if args.delay is not None else None
     max_attempts = _positive_int("--max-attempts", args.max_attempts) if args.max_attempts else None
+    # With the app's registry the name is checked and the task's own retry
+    # policy sets its attempts, as for a submit from the app itself.
+    registry = load_registry(args.app) if args.app else None
     store = _open(args)
     try:
-        scheduler = Scheduler(store)
+        scheduler = Scheduler(store, registry=registry)
         try:
             task_id = scheduler.submit(
                 args.name, task_args, at=at, delay=delay, max_attempts=max_attempts, key=args.key
@@ -671,11 +674,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("submit", cmd_submit, "submit a task and print its id")
     p.add_argument("name", help="the task name")
+    _option(
+        p,
+        "--app",
+        help="check the name against this task registry (MODULE[:ATTR]) and use its retry policy",
+    )
     _option(p, "--args", help="arguments as a JSON object", default="{}")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", help="due after this long: 30s, 5m, 2h, 1d, 1h30m or seconds")
     when.add_argument("--at", help="due at this ISO 8601 time with a time zone")
-    p.add_argument("--max-attempts", help="attempts allowed (default 5)")
+    p.add_argument(
+        "--max-attempts",
+        help="attempts allowed (default: the task's retry policy with --app, else 5)",
+    )
     p.add_argument("--key", help="idempotency key: a live or succeeded task with it is reused")
 
     p = command("ls", cmd_ls, "list tasks in (due_at, seq) order")
@@ -720,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if getattr(args, "app", "missing") is None:
+        if args.command == "worker" and args.app is None:
             raise UsageError("--app is required (or set DURABLESCHED_APP)")
         return func(args)
     except BrokenPipeError:

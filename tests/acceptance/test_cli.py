@@ -102,10 +102,39 @@ def test_submit_ls_show_cancel_retry_stats_purge_json(db: str) -> None:
     assert "record" in table and "PENDING" in table
 
 
+def test_submit_with_the_app_checks_the_name_and_takes_the_tasks_retry_policy(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "app.db"
+    app = ("--app", "tests.processes.app")
+    unknown = cli("submit", "no.such.task", *app, db=db)
+    assert unknown.returncode == 2
+    assert "no task is registered under the name 'no.such.task'" in unknown.stderr
+    chaos = as_json(cli("submit", "chaos", *app, "--json", db=db))["id"]
+    told = as_json(cli("submit", "chaos", *app, "--max-attempts", "2", "--json", db=db))["id"]
+    # The variable the worker reads does the same for submit.
+    by_env = cli("submit", "no.such.task", db=db, env={"DURABLESCHED_APP": "tests.processes.app"})
+    assert by_env.returncode == 2 and "no.such.task" in by_env.stderr
+    bare = as_json(cli("submit", "no.such.task", "--json", db=db))["id"]
+    attempts = {
+        task_id: as_json(cli("show", str(task_id), "--json", db=db))["max_attempts"]
+        for task_id in (chaos, told, bare)
+    }
+    # chaos is registered with max_attempts=8; without the app a task gets 5.
+    assert attempts == {chaos: 8, told: 2, bare: 5}
+    assert [t["name"] for t in as_json(cli("ls", "--json", db=db))] == [
+        "chaos",
+        "chaos",
+        "no.such.task",
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "names"),
     [
         (["worker", "--app", "tests.processes.app", "--concurrency", "0"], "--concurrency"),
+        (["submit", "x", "--app", "no_such_module_anywhere"], "--app"),
+        (["worker", "--burst"], "--app is required"),
         (["worker", "--app", "tests.processes.app", "--lease", "soon"], "--lease"),
         (["submit", "x", "--delay", "forever"], "--delay"),
         (["submit", "x", "--args", "{nope"], "--args"),
