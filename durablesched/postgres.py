@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +19,7 @@ from .clock import ServerClock
 from .errors import ConfigurationError, StoreError
 from .sqlite import Durability
 from .sqlstore import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
+from .store import OnChange
 
 log = logging.getLogger("durablesched.postgres")
 
@@ -144,13 +144,17 @@ class NotifyWatcher:
             raise StoreError(f"listening for submissions failed: {e}") from e
         return conn
 
-    def start(self, on_change: Callable[[Exception | None], None]) -> None:
+    def start(self, on_change: OnChange) -> None:
         self._thread = threading.Thread(
             target=self._watch, args=(on_change,), name="durablesched-listen", daemon=True
         )
         self._thread.start()
 
-    def _watch(self, on_change: Callable[[Exception | None], None]) -> None:
+    def nudge(self) -> None:
+        """Nothing to end: only submissions and cancels notify, never a worker's own
+        group commits, so this watcher never keeps quiet."""
+
+    def _watch(self, on_change: OnChange) -> None:
         next_poll = time.monotonic() + self.SAFETY_POLL
         while not self._closed.is_set():
             heard = False

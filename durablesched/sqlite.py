@@ -11,7 +11,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -22,6 +21,7 @@ from sqlalchemy.engine import make_url
 from .errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
 from .inotify import watch_directory
 from .sqlstore import SQLITE, SQLStore, from_db_time, to_db_time, translated
+from .store import OnChange
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "from_db_time", "sqlite_url", "to_db_time"]
 
@@ -189,6 +189,9 @@ class DataVersionWatcher:
     #: How long (seconds) the watcher lets a commit that is being written land
     #: before it looks again, rather than waking for each of its writes.
     SETTLE = 0.001
+    #: The longest quiet (seconds) a busy consumer gets after a change (see
+    #: ChangeWatcher.start): a busy worker's own commits would wake it otherwise.
+    QUIET = 0.25
 
     def __init__(
         self, engine: Engine, poll_interval: float, identity: tuple[int, int] | None
@@ -203,20 +206,24 @@ class DataVersionWatcher:
             watch_directory(self._path.parent, self._path.name) if self._path is not None else None
         )
         self._closed = threading.Event()
+        self._nudged = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def uses_inotify(self) -> bool:
         return self._inotify is not None
 
-    def start(self, on_change: Callable[[Exception | None], None]) -> None:
+    def start(self, on_change: OnChange) -> None:
         """Call ``on_change(None)`` after each commit seen, ``on_change(error)`` once on failure."""
         self._thread = threading.Thread(
             target=self._watch, args=(on_change,), name="durablesched-watch", daemon=True
         )
         self._thread.start()
 
-    def _watch(self, on_change: Callable[[Exception | None], None]) -> None:
+    def nudge(self) -> None:
+        self._nudged.set()
+
+    def _watch(self, on_change: OnChange) -> None:
         # A write to the WAL is seen before its commit is visible (the commit waits
         # for its fsync), so a write with no new data_version yet is re-checked
         # soon after, backing off from 1 ms to 64 ms, instead of in a second.
@@ -243,7 +250,11 @@ class DataVersionWatcher:
                 return
             if changed:
                 recheck = None
-                on_change(None)
+                # Cleared before asking: a nudge made once the consumer has
+                # answered that it is busy ends the quiet at once, and is never lost.
+                self._nudged.clear()
+                if on_change(None):
+                    self._nudged.wait(self.QUIET)
             elif written:
                 recheck = self.SETTLE
             elif recheck is not None:
@@ -276,6 +287,7 @@ class DataVersionWatcher:
 
     def close(self) -> None:
         self._closed.set()
+        self._nudged.set()
         if self._inotify is not None:
             self._inotify.interrupt()
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -37,11 +37,25 @@ Effect = Callable[[Connection], object]
 RetryDelay = Callable[[str, int], timedelta]
 
 
+#: Told of commits seen (None) or of the watcher's failure; may answer True: see
+#: :meth:`ChangeWatcher.start`.
+OnChange = Callable[[Exception | None], bool | None]
+
+
 class ChangeWatcher(Protocol):
     """Notices, on a thread of its own, that another connection committed."""
 
-    def start(self, on_change: Callable[[Exception | None], None]) -> None:
-        """Call ``on_change(None)`` after commits seen; ``on_change(error)`` once if it fails."""
+    def start(self, on_change: OnChange) -> None:
+        """Call ``on_change(None)`` after commits seen; ``on_change(error)`` once if it fails.
+
+        ``on_change(None)`` answering True says the consumer has no use for news
+        for a while (a worker whose every slot is taken): the watcher may then
+        keep quiet, for at most a quarter of a second, until :meth:`nudge`.
+        """
+        ...
+
+    def nudge(self) -> None:
+        """End a quiet period now: the consumer can use news again."""
         ...
 
     def close(self) -> None: ...

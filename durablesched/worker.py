@@ -39,6 +39,7 @@ from .records import Claim, ErrorInfo, LeaseStatus, Outcome
 from .registry import TaskDefinition, TaskRegistry
 from .scheduler import Scheduler
 from .states import TaskState
+from .store import ChangeWatcher
 from .submission import canonical_json
 
 log = logging.getLogger("durablesched.worker")
@@ -191,6 +192,8 @@ class Worker:
         self._looping = False
         #: Set by the change watcher if it failed (say, the database file was removed).
         self._watch_error: Exception | None = None
+        #: The change watcher while run() loops (told when a slot frees).
+        self._watcher: ChangeWatcher | None = None
         #: Set by the change watcher: another process committed since the last pass.
         self._changed_elsewhere = False
         self._last_early_heartbeat = 0.0
@@ -323,6 +326,7 @@ class Worker:
         watcher = self.scheduler.store.watch_changes(self.poll_interval)
         self._watch_error = None
         if watcher is not None:
+            self._watcher = watcher
             watcher.start(self._on_change)
         if self._pool is None:
             self._pool = _TaskThreads(self.concurrency)
@@ -363,6 +367,7 @@ class Worker:
             self._looping = False
             unsubscribe()
             if watcher is not None:
+                self._watcher = None
                 watcher.close()
 
     def request_stop(self) -> None:
@@ -399,21 +404,30 @@ class Worker:
             self._pool = None
         return released
 
-    def _on_change(self, error: Exception | None) -> None:
-        """From the change watcher's thread: another process committed (or it failed)."""
+    def _on_change(self, error: Exception | None) -> bool:
+        """From the change watcher's thread: another process committed (or it failed).
+
+        Answers True while every slot is taken: the group commit claims for a
+        full worker, and cancel notices wait for EARLY_HEARTBEAT anyway, so the
+        watcher may keep quiet until a slot frees (:meth:`_nudge_if_free`).
+        Otherwise this worker's own commits would wake it a few times each.
+        """
         if error is not None:
             self._watch_error = error
         self._changed_elsewhere = True
-        if (
-            error is None
-            and len(self._active) >= self.concurrency
-            and time.monotonic() - self._last_early_heartbeat < EARLY_HEARTBEAT
-        ):
-            # Every slot is taken (its group commit claims for it) and the last early
-            # heartbeat is recent: nothing to do until one is due. Under load from
-            # other processes this spares a pass per commit they make.
-            return
+        full = error is None and len(self._active) >= self.concurrency
+        if full and time.monotonic() - self._last_early_heartbeat < EARLY_HEARTBEAT:
+            # The last early lease check is recent: nothing to do until one is due.
+            # Under load from other processes this spares a pass per commit they make.
+            return True
         self._wakeup.set()
+        return full
+
+    def _nudge_if_free(self) -> None:
+        """A slot is free: the change watcher must tell of commits elsewhere at once again."""
+        watcher = self._watcher
+        if watcher is not None and len(self._active) < self.concurrency:
+            watcher.nudge()
 
     def _early_heartbeat_due(self) -> bool:
         """Check the leases now, ahead of the heartbeat, because another process committed
@@ -767,11 +781,12 @@ class Worker:
         if again:
             with self._lock:
                 self._pending.extend(again)
-        self._forget(finished)
+        self._forget(finished, nudge=False)
         self._launch(claims)
+        self._nudge_if_free()  # only now: the slots may be full again
         return True
 
-    def _forget(self, done: list[_Running]) -> None:
+    def _forget(self, done: list[_Running], *, nudge: bool = True) -> None:
         with self._changed:
             for running in done:
                 self._active.pop(running.claim.task_id, None)
@@ -780,6 +795,8 @@ class Worker:
                 self._unsubscribe = None
             self._changed.notify_all()
         self._wakeup.set()
+        if nudge:
+            self._nudge_if_free()
 
     def _log_outcome(self, running: _Running, outcome: Outcome, state: TaskState | None) -> None:
         if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):

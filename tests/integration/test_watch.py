@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from durablesched import SQLiteStore, StoreError
+from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worker
 from durablesched import sqlite as sqlite_module
 from durablesched.inotify import DirectoryWatch, watch_directory
 from durablesched.records import NewTask
+from durablesched.sqlite import DataVersionWatcher
 
 from ..conftest import T0, WAIT
 
@@ -110,6 +112,104 @@ def test_a_commit_being_written_is_looked_at_once_a_millisecond_not_once_a_write
         assert seen.errors == []
     finally:
         watcher.close()
+        store.close()
+
+
+@linux
+def test_a_busy_consumer_hears_nothing_until_it_nudges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(DataVersionWatcher, "QUIET", 60.0)  # only a nudge ends the quiet
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes()
+    first, second = threading.Event(), threading.Event()
+
+    def on_change(error: Exception | None) -> bool:
+        assert error is None
+        if first.is_set():
+            second.set()
+            return False
+        first.set()
+        return True  # busy: keep quiet
+
+    watcher.start(on_change)
+    other = SQLiteStore(tmp_path / "jobs.db")
+    try:
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        assert first.wait(WAIT)
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        assert not second.wait(0.3)  # a prompt watcher reports within milliseconds
+        watcher.nudge()
+        assert second.wait(WAIT)
+    finally:
+        other.close()
+        watcher.close()
+        store.close()
+
+
+@linux
+def test_a_full_worker_quiets_its_watcher_and_wakes_it_when_a_slot_frees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full worker's own commits would otherwise wake its watcher a few times each;
+    once a slot frees with nothing claimed, a submit elsewhere must reach it at once."""
+    monkeypatch.setattr(DataVersionWatcher, "QUIET", 60.0)  # only a nudge ends the quiet
+    registry = TaskRegistry()
+    started, release, ran = threading.Event(), threading.Event(), threading.Event()
+
+    @registry.task("hold")
+    def hold() -> None:
+        started.set()
+        release.wait(WAIT)
+
+    @registry.task("quick")
+    def quick() -> None:
+        ran.set()
+
+    store = SQLiteStore(tmp_path / "jobs.db")
+    worker = Worker(Scheduler(store, registry=registry), concurrency=1, lease=600)
+    # No pass of its own within the test's wait (it looks for expired leases
+    # every second): only the watcher can bring the second submit to it.
+    worker._reclaim_interval = timedelta(seconds=60)
+    quiet = threading.Event()
+    answer = worker._on_change
+
+    def spy(error: Exception | None) -> bool:
+        busy = answer(error)
+        if busy:
+            quiet.set()
+        return busy
+
+    monkeypatch.setattr(worker, "_on_change", spy)
+    looked = threading.Event()  # a pass found nothing to claim with the slot free
+    run_once = worker.run_once
+
+    def counted() -> int:
+        claimed = run_once()
+        if claimed == 0 and worker.active_count == 0:
+            looked.set()
+        return claimed
+
+    monkeypatch.setattr(worker, "run_once", counted)
+    other_store = SQLiteStore(tmp_path / "jobs.db")
+    other = Scheduler(other_store)  # another process, in effect
+    worker.start()
+    try:
+        other.submit("hold")
+        assert started.wait(WAIT)
+        other.submit("quick", delay=3600)  # a commit elsewhere while every slot is taken
+        assert quiet.wait(WAIT)
+        looked.clear()  # the first pass, before "hold", found nothing too
+        release.set()
+        assert worker.wait_idle(WAIT)
+        # Past the pass that freeing the slot caused: only a wake can bring more.
+        assert looked.wait(WAIT)
+        other.submit("quick")
+        assert ran.wait(WAIT)  # not after the 60 s quiet
+    finally:
+        release.set()
+        assert worker.stop()
+        other_store.close()
         store.close()
 
 
