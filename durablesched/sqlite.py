@@ -178,10 +178,13 @@ class DataVersionWatcher:
 
     It reads ``PRAGMA data_version`` (which changes when any other connection
     commits, and touches no table) whenever inotify reports a write to the
-    database's files, or every ``poll_interval`` seconds where inotify is not
-    available. It also checks once a second that the file is still the one
-    opened: a file deleted or replaced under us would otherwise go on working,
-    silently, on the old inode.
+    database's files (once a millisecond while a commit is being written), or
+    every ``poll_interval`` seconds where inotify is not available; after a
+    change reported to a consumer that answers it is busy, not again until
+    nudged or :attr:`QUIET` seconds later. It also checks, at those reads and
+    at least once a second otherwise, that the file is still the one opened: a
+    file deleted or replaced under us would otherwise go on working, silently,
+    on the old inode.
     """
 
     #: How often (seconds) the watcher checks the file is still the one opened.
