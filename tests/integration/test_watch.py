@@ -77,7 +77,7 @@ def test_watcher_sees_another_connections_commit(
 
 
 @linux
-def test_a_commit_being_written_is_looked_at_once_a_millisecond_not_once_a_write(
+def test_a_commit_being_written_is_looked_at_per_millisecond_not_per_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit writes the WAL a page at a time; reading data_version after each
