@@ -14,7 +14,7 @@ from pathlib import Path
 
 from durablesched import MemoryStore, Scheduler, SQLiteStore
 from durablesched.records import NewTask
-from durablesched.sqlite import from_db_time
+from durablesched.store.sql.sqlite import from_db_time
 
 from .common import NOW, ROOT, fresh, median, percentile, worker
 
@@ -285,9 +285,9 @@ def memory_backend(n: int) -> float:
 def attempt_start_cost(n: int) -> dict[str, float]:
     """Milliseconds per attempt of a no-op task: in a thread (a call) and in a child process."""
     from durablesched.context import TaskContext  # noqa: PLC0415 - only this figure needs it
-    from durablesched.environments import run_in_child  # noqa: PLC0415
     from durablesched.records import Claim  # noqa: PLC0415
     from durablesched.registry import TaskRegistry  # noqa: PLC0415
+    from durablesched.worker.environments import run_in_child  # noqa: PLC0415
 
     registry = TaskRegistry()
     registry.register(lambda: None, name="noop")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from durablesched import SQLiteStore
 from durablesched.records import TASK_KEY_PREFIX, NewTask
-from durablesched.sqlite import SYNCHRONOUS, to_db_time
-from durablesched.sqlstore import SQLITE
+from durablesched.store.sql.sqlite import SYNCHRONOUS, to_db_time
+from durablesched.store.sql.store import SQLITE
 
 from .common import NOW
 

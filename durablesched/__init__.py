@@ -1,6 +1,5 @@
 """durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL)."""
 
-from .backends import open_store as open_store
 from .clock import Clock as Clock
 from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
@@ -16,8 +15,6 @@ from .errors import TaskNotFoundError as TaskNotFoundError
 from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
-from .memory import MemoryStore as MemoryStore
-from .postgres import PostgresStore as PostgresStore
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
@@ -26,10 +23,13 @@ from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
 from .retry import RetryPolicy as RetryPolicy
 from .scheduler import Scheduler as Scheduler
-from .sqlite import SQLiteStore as SQLiteStore
 from .states import TaskState as TaskState
-from .store import Store as Store
-from .worker import Worker as Worker
+from .store.memory import MemoryStore as MemoryStore
+from .store.opening import open_store as open_store
+from .store.protocol import Store as Store
+from .store.sql.postgres import PostgresStore as PostgresStore
+from .store.sql.sqlite import SQLiteStore as SQLiteStore
+from .worker.loop import Worker as Worker
 
 __all__ = [
     "CancelOutcome",

@@ -1,5 +1,5 @@
 """``python -m durablesched`` is the ``durablesched`` command."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from .errors import ConfigurationError
+from durablesched.errors import ConfigurationError
 
 #: The longest a :class:`SystemClock` wait blocks in one go, so a wait whose
 #: deadline moved (a new, earlier task) is never stuck on a stale timeout.

@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
-from .records import Claim, NewTask
-from .store import Effect
-from .submission import build_task
+from durablesched.errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
+from durablesched.records import Claim, NewTask
+from durablesched.store.protocol import Effect
+from durablesched.submission import build_task
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from .states import TaskState
+from durablesched.states import TaskState
 
 #: A task's JSON arguments: an object whose members become keyword arguments.
 JSONArgs = dict[str, Any]

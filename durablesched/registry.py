@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from .clock import positive_duration
-from .errors import ConfigurationError, UnknownTaskNameError
-from .retry import DEFAULT_RETRY, RetryPolicy
+from durablesched.clock import positive_duration
+from durablesched.errors import ConfigurationError, UnknownTaskNameError
+from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: Where attempts may run (see durablesched.environments).
+#: Where attempts may run (see durablesched.worker.environments).
 ENVIRONMENTS = ("thread", "process")
 
 

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .errors import ConfigurationError
+from durablesched.errors import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from .clock import Clock, SystemClock
-from .errors import TaskNotFoundError
-from .records import CancelOutcome, NewTask, TaskEvent, TaskRecord
-from .registry import TaskRegistry
-from .states import TaskState
-from .store import Store
-from .submission import build_many, build_task
+from durablesched.clock import Clock, SystemClock
+from durablesched.errors import TaskNotFoundError
+from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
+from durablesched.registry import TaskRegistry
+from durablesched.states import TaskState
+from durablesched.store.protocol import Store
+from durablesched.submission import build_many, build_task
 
 
 class Scheduler:

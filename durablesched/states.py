@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .errors import InvalidTransitionError
+from durablesched.errors import InvalidTransitionError
 
 
 class TaskState(StrEnum):

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .errors import InvalidTaskError, UnknownTaskNameError
-from .records import NewTask
-from .registry import TaskRegistry
+from durablesched.errors import InvalidTaskError, UnknownTaskNameError
+from durablesched.records import NewTask
+from durablesched.registry import TaskRegistry
 
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 200

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .clock import ManualClock as ManualClock
-from .errors import DurableSchedError
-from .scheduler import Scheduler
-from .worker import Worker
+from durablesched.clock import ManualClock as ManualClock
+from durablesched.errors import DurableSchedError
+from durablesched.scheduler import Scheduler
+from durablesched.worker.loop import Worker
 
 __all__ = ["ManualClock", "run_due", "run_until_complete"]
 

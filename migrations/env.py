@@ -7,8 +7,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from durablesched.backends import create_engine_for
-from durablesched.schema import metadata
+from durablesched.store.opening import create_engine_for
+from durablesched.store.sql.schema import metadata
 
 config = context.config
 

@@ -12,9 +12,9 @@ from urllib.parse import quote
 import pytest
 
 from durablesched import ManualClock, MemoryStore, Scheduler, Store, TaskRegistry
-from durablesched.postgres import PostgresStore
-from durablesched.sqlite import SQLiteStore
-from durablesched.sqlstore import SQLStore
+from durablesched.store.sql.postgres import PostgresStore
+from durablesched.store.sql.sqlite import SQLiteStore
+from durablesched.store.sql.store import SQLStore
 
 #: "Time 10" of the worked example.
 T0 = datetime(2030, 1, 1, 0, 0, 10, tzinfo=UTC)

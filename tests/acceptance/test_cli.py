@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from durablesched import SQLiteStore, TaskState
-from durablesched.backends import open_store
+from durablesched.store.opening import open_store
 
 from ..processes.conftest import DEADLINE, ROOT, Workers, wait_for
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from durablesched import ConfigurationError, ErrorInfo, TaskState
-from durablesched.copy import copy_live_tasks
-from durablesched.postgres import PostgresStore
 from durablesched.records import NewTask
-from durablesched.sqlite import SQLiteStore
-from durablesched.sqlstore import SQLStore
+from durablesched.store.move import copy_live_tasks
+from durablesched.store.sql.postgres import PostgresStore
+from durablesched.store.sql.sqlite import SQLiteStore
+from durablesched.store.sql.store import SQLStore
 
 from ..conftest import T0, at
 

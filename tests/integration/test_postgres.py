@@ -14,11 +14,11 @@ from sqlalchemy import text
 
 from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
-from durablesched.migrate import head_revision, upgrade
-from durablesched.postgres import PostgresStore, create_postgres_engine, postgres_url
 from durablesched.records import ErrorInfo, NewTask
-from durablesched.schema import metadata
-from durablesched.sqlstore import POSTGRES
+from durablesched.store.sql.migrate import head_revision, upgrade
+from durablesched.store.sql.postgres import PostgresStore, create_postgres_engine, postgres_url
+from durablesched.store.sql.schema import metadata
+from durablesched.store.sql.store import POSTGRES
 
 from ..conftest import T0, WAIT, at
 

@@ -17,9 +17,9 @@ from durablesched import (
     TaskNotFoundError,
     TaskState,
 )
-from durablesched.migrate import alembic_config, head_revision
 from durablesched.records import NewTask
-from durablesched.sqlite import create_sqlite_engine
+from durablesched.store.sql.migrate import alembic_config, head_revision
+from durablesched.store.sql.sqlite import create_sqlite_engine
 
 from ..conftest import T0, at
 

@@ -13,11 +13,11 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 
 from durablesched import SchemaError, SQLiteStore, StoreError
-from durablesched.migrate import head_revision, upgrade
 from durablesched.records import NewTask
-from durablesched.schema import metadata
-from durablesched.sqlite import create_sqlite_engine, to_db_time
-from durablesched.sqlstore import SQLITE
+from durablesched.store.sql.migrate import head_revision, upgrade
+from durablesched.store.sql.schema import metadata
+from durablesched.store.sql.sqlite import create_sqlite_engine, to_db_time
+from durablesched.store.sql.store import SQLITE
 
 from ..conftest import T0, at
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worker
-from durablesched import sqlite as sqlite_module
-from durablesched.inotify import DirectoryWatch, watch_directory
 from durablesched.records import NewTask
-from durablesched.sqlite import DataVersionWatcher
+from durablesched.store.sql import sqlite as sqlite_module
+from durablesched.store.sql.inotify import DirectoryWatch, watch_directory
+from durablesched.store.sql.sqlite import DataVersionWatcher
 
 from ..conftest import T0, WAIT
 

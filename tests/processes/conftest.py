@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from durablesched import Scheduler
-from durablesched.backends import open_store
-from durablesched.postgres import is_postgres_url
+from durablesched.store.opening import open_store
+from durablesched.store.sql.postgres import is_postgres_url
 
 from .app import registry
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from freezegun import freeze_time
 
-from durablesched.cli import main
+from durablesched.cli.main import main
 
 if __name__ == "__main__":
     skew = float(sys.argv[1])

@@ -7,7 +7,7 @@ import sys
 import time
 
 from durablesched import Scheduler
-from durablesched.backends import open_store
+from durablesched.store.opening import open_store
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from durablesched import DurableSchedError, InvalidTaskError, ManualClock, Scheduler, SQLiteStore
-from durablesched.cli import main
+from durablesched.cli.main import main
 
 from ..conftest import T0
 

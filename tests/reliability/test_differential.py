@@ -37,10 +37,10 @@ from durablesched import (
     TaskNotFoundError,
     TaskState,
 )
-from durablesched.postgres import PostgresStore
 from durablesched.records import Claim, NewTask, Outcome
-from durablesched.sqlstore import SQLStore
 from durablesched.states import OPERATOR_TRANSITIONS, TRANSITIONS
+from durablesched.store.sql.postgres import PostgresStore
+from durablesched.store.sql.store import SQLStore
 
 from ..conftest import T0
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from .records import (
+from durablesched.records import (
     CancelOutcome,
     Claim,
     ErrorInfo,
@@ -29,7 +29,7 @@ from .records import (
     TaskEvent,
     TaskRecord,
 )
-from .states import TaskState
+from durablesched.states import TaskState
 
 #: Database work a task registers to commit together with its success.
 Effect = Callable[[Connection], object]

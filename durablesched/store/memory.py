@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from .errors import InvalidTransitionError, TaskNotFoundError, UnsupportedOperationError
-from .records import (
+from durablesched.errors import InvalidTransitionError, TaskNotFoundError, UnsupportedOperationError
+from durablesched.records import (
     CancelOutcome,
     Claim,
     ErrorInfo,
@@ -31,8 +31,8 @@ from .records import (
     TaskRecord,
     effective_key,
 )
-from .states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
-from .store import Effect, RetryDelay
+from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
+from durablesched.store.protocol import Effect, RetryDelay
 
 _HeapEntry = tuple[datetime, int, int]
 

@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .clock import positive_duration
-from .context import TaskContext
-from .environments import Environment, run_in_child
-from .environments import environment as parse_environment
-from .errors import (
+from durablesched.clock import positive_duration
+from durablesched.context import TaskContext
+from durablesched.errors import (
     ConfigurationError,
     DurableSchedError,
     SchemaError,
@@ -35,14 +33,16 @@ from .errors import (
     TaskCancelled,
     TaskTimeout,
 )
-from .records import Claim, ErrorInfo, LeaseStatus, Outcome
-from .registry import TaskDefinition, TaskRegistry
-from .scheduler import Scheduler
-from .states import TaskState
-from .store import ChangeWatcher
-from .submission import canonical_json
+from durablesched.records import Claim, ErrorInfo, LeaseStatus, Outcome
+from durablesched.registry import TaskDefinition, TaskRegistry
+from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
+from durablesched.store.protocol import ChangeWatcher
+from durablesched.submission import canonical_json
+from durablesched.worker.environments import Environment, run_in_child
+from durablesched.worker.environments import environment as parse_environment
 
-log = logging.getLogger("durablesched.worker")
+log = logging.getLogger("durablesched.worker.loop")
 
 #: Seconds between heartbeats sent early because another process committed:
 #: how soon a cancel requested elsewhere reaches a running task, at most.

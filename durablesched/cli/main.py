@@ -22,22 +22,22 @@ from enum import StrEnum
 from types import FrameType
 from typing import Any, NoReturn
 
-from .backends import create_engine_for, open_store
-from .clock import SystemClock
-from .copy import copy_live_tasks
-from .errors import (
+from durablesched.clock import SystemClock
+from durablesched.errors import (
     DurableSchedError,
     InvalidTaskError,
     InvalidTransitionError,
     TaskNotFoundError,
 )
-from .migrate import upgrade
-from .records import CancelOutcome, ErrorInfo, TaskRecord
-from .registry import TaskRegistry
-from .scheduler import Scheduler
-from .sqlstore import SQLStore
-from .states import TaskState
-from .worker import Worker
+from durablesched.records import CancelOutcome, ErrorInfo, TaskRecord
+from durablesched.registry import TaskRegistry
+from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
+from durablesched.store.move import copy_live_tasks
+from durablesched.store.opening import create_engine_for, open_store
+from durablesched.store.sql.migrate import upgrade
+from durablesched.store.sql.store import SQLStore
+from durablesched.worker.loop import Worker
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 COMMANDS = (
@@ -73,7 +73,7 @@ LOG_LEVELS = {
     "error": logging.ERROR,
 }
 
-log = logging.getLogger("durablesched.cli")
+log = logging.getLogger("durablesched.cli.main")
 
 
 class UsageError(Exception):

@@ -28,11 +28,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .context import TaskContext
-from .errors import ConfigurationError, TaskCancelled
-from .records import ErrorInfo, NewTask
-from .registry import TaskDefinition
-from .submission import to_json
+from durablesched.context import TaskContext
+from durablesched.errors import ConfigurationError, TaskCancelled
+from durablesched.records import ErrorInfo, NewTask
+from durablesched.registry import TaskDefinition
+from durablesched.submission import to_json
 
 
 class Environment(StrEnum):

@@ -23,14 +23,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, TextClause, bindparam, exc, text
 from sqlalchemy.sql.elements import BindParameter
 
-from .errors import (
+from durablesched.errors import (
     InvalidTransitionError,
     SchemaError,
     StoreError,
     TaskNotFoundError,
 )
-from .migrate import check_schema
-from .records import (
+from durablesched.records import (
     TASK_KEY_PREFIX,
     CancelOutcome,
     Claim,
@@ -45,9 +44,10 @@ from .records import (
     TaskRecord,
     effective_key,
 )
-from .schema import CLAIMABLE_SQL
-from .states import TaskState, check_transition
-from .store import ChangeWatcher, Effect, RetryDelay
+from durablesched.states import TaskState, check_transition
+from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
+from durablesched.store.sql.migrate import check_schema
+from durablesched.store.sql.schema import CLAIMABLE_SQL
 
 # -- the SQL both databases share ----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from .states import CLAIMABLE, KEY_HOLDING, TaskState
+from durablesched.states import CLAIMABLE, KEY_HOLDING, TaskState
 
 metadata = MetaData()
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .errors import ConfigurationError
-from .records import TaskRecord
-from .sqlstore import SQLStore
-from .states import TaskState
+from durablesched.errors import ConfigurationError
+from durablesched.records import TaskRecord
+from durablesched.states import TaskState
+from durablesched.store.sql.store import SQLStore
 
 
 @dataclass

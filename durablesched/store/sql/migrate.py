@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-from .errors import SchemaError
+from durablesched.errors import SchemaError
 
 
 def migrations_dir() -> Path:
@@ -19,7 +19,7 @@ def migrations_dir() -> Path:
     spec = importlib.util.find_spec("durablesched.migrations")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parent.parent / "migrations"
+    return Path(__file__).resolve().parents[3] / "migrations"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

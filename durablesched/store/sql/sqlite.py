@@ -1,6 +1,6 @@
 """SQLite: the engine (WAL, IMMEDIATE writes, pragmas), the store on it, and its change watcher.
 
-The statements themselves are in :mod:`durablesched.sqlstore`, shared with
+The statements themselves are in :mod:`durablesched.store.sql.store`, shared with
 PostgreSQL. Every write transaction begins IMMEDIATE (no read is ever
 upgraded into a write); reads run in deferred transactions on the same pool.
 """
@@ -18,10 +18,10 @@ from urllib.parse import quote
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from .errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
-from .inotify import watch_directory
-from .sqlstore import SQLITE, SQLStore, from_db_time, to_db_time, translated
-from .store import OnChange
+from durablesched.errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
+from durablesched.store.protocol import OnChange
+from durablesched.store.sql.inotify import watch_directory
+from durablesched.store.sql.store import SQLITE, SQLStore, from_db_time, to_db_time, translated
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "from_db_time", "sqlite_url", "to_db_time"]
 

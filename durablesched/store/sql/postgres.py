@@ -1,6 +1,6 @@
 """PostgreSQL: the engine, the store on it, LISTEN/NOTIFY wake-ups and the server's clock.
 
-The statements are in :mod:`durablesched.sqlstore`, shared with SQLite. Needs
+The statements are in :mod:`durablesched.store.sql.store`, shared with SQLite. Needs
 psycopg 3 (``pip install 'durablesched[postgres]'``).
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from .clock import ServerClock
-from .errors import ConfigurationError, StoreError
-from .sqlite import Durability
-from .sqlstore import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
-from .store import OnChange
+from durablesched.clock import ServerClock
+from durablesched.errors import ConfigurationError, StoreError
+from durablesched.store.protocol import OnChange
+from durablesched.store.sql.sqlite import Durability
+from durablesched.store.sql.store import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
 
-log = logging.getLogger("durablesched.postgres")
+log = logging.getLogger("durablesched.store.sql.postgres")
 
 #: synchronous_commit per durability mode: "normal" may lose the last commits
 #: if the server crashes, never corrupts (docs/scaling.md).

@@ -1,0 +1,1 @@
+"""The durable backends on SQL: the dialect-neutral store, and one module per database."""
