@@ -8,6 +8,8 @@ from .errors import ConfigurationError as ConfigurationError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
+from .errors import LeaseExpired as LeaseExpired
+from .errors import ProcessCrashed as ProcessCrashed
 from .errors import SchemaError as SchemaError
 from .errors import StoreError as StoreError
 from .errors import TaskCancelled as TaskCancelled
@@ -40,9 +42,11 @@ __all__ = [
     "ErrorInfo",
     "InvalidTaskError",
     "InvalidTransitionError",
+    "LeaseExpired",
     "ManualClock",
     "MemoryStore",
     "PostgresStore",
+    "ProcessCrashed",
     "RetryPolicy",
     "SQLiteStore",
     "Scheduler",

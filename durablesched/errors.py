@@ -7,6 +7,8 @@ DurableSchedError
 ├── UnknownTaskNameError (LookupError)  the registry has no task of that name
 ├── TaskCancelled                       raised by a task to acknowledge cancellation
 ├── TaskTimeout                         an attempt ran past its task's timeout
+├── LeaseExpired                        recorded: an attempt's lease lapsed and was reclaimed
+├── ProcessCrashed                      recorded: an attempt's child process died unreported
 ├── StoreError                          the backend could not do what was asked
 │   ├── UnsupportedOperationError       this backend cannot do it at all
 │   └── SchemaError                     the database is not one we can use as is
@@ -48,6 +50,16 @@ class TaskTimeout(DurableSchedError):
     """An attempt ran past its task's timeout: it counts as a failure and follows the
     retry policy. Raised by ``ctx.raise_if_cancelled()`` once the time is up, and
     recorded as the error of an attempt stopped or finished too late."""
+
+
+class LeaseExpired(DurableSchedError):
+    """Recorded as the error of an attempt whose lease lapsed and was reclaimed: its
+    worker stopped heartbeating (killed, stalled, or cut off from the database)."""
+
+
+class ProcessCrashed(DurableSchedError):
+    """Recorded as the error of an attempt whose child process exited or was killed
+    before it reported an outcome (a segfault, ``os._exit``, the out-of-memory killer)."""
 
 
 class StoreError(DurableSchedError):

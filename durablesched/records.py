@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import builtins
 import traceback as _traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from durablesched.errors import DurableSchedError
 from durablesched.states import TaskState
 
 #: A task's JSON arguments: an object whose members become keyword arguments.
@@ -30,6 +32,21 @@ class ErrorInfo:
             message=str(exc),
             traceback="".join(_traceback.format_exception(exc)),
         )
+
+    @classmethod
+    def recorded(cls, error: builtins.type[DurableSchedError], message: str) -> ErrorInfo:
+        """An error durablesched records itself (no traceback: nothing was raised),
+        typed by the public name of its class, as in ``durablesched.LeaseExpired``."""
+        return cls(type=f"durablesched.{error.__name__}", message=message, traceback="")
+
+    def to_dict(self) -> dict[str, str]:
+        """The one serialised shape of an error: in the database, the CLI's JSON and
+        a child process's report alike."""
+        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ErrorInfo:
+        return cls(str(data["type"]), str(data["message"]), str(data["traceback"]))
 
 
 class NewTask(NamedTuple):

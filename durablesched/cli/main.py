@@ -300,7 +300,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, ErrorInfo):
-        return {"type": value.type, "message": value.message, "traceback": value.traceback}
+        return value.to_dict()
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

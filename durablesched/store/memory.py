@@ -16,7 +16,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from durablesched.errors import InvalidTransitionError, TaskNotFoundError, UnsupportedOperationError
+from durablesched.errors import (
+    InvalidTransitionError,
+    LeaseExpired,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from durablesched.records import (
     CancelOutcome,
     Claim,
@@ -309,7 +314,7 @@ class MemoryStore:
                     f"lease of {owner} expired at {task.lease_expires_at.isoformat()} "
                     f"during attempt {task.attempts}"
                 )
-                error = ErrorInfo("durablesched.LeaseExpired", detail, "")
+                error = ErrorInfo.recorded(LeaseExpired, detail)
                 if task.cancel_requested_at is not None:
                     state = TaskState.CANCELLED
                     self._finish(task, state, now, error=error, detail=detail)

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from durablesched.context import TaskContext
-from durablesched.errors import ConfigurationError, TaskCancelled
+from durablesched.errors import ConfigurationError, ProcessCrashed, TaskCancelled
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
@@ -163,9 +163,7 @@ def _wait(pid: int, fd: int, ctx: TaskContext, limits: _Limits) -> ChildEnded:
 def _ended(report: dict[str, Any]) -> ChildEnded:
     if "error" in report:
         e = report["error"]
-        return ChildEnded(
-            "error", error=ErrorInfo(str(e["type"]), str(e["message"]), str(e["traceback"]))
-        )
+        return ChildEnded("error", error=ErrorInfo.from_dict(e))
     if report.get("cancelled"):
         return ChildEnded("cancelled")
     children = tuple(
@@ -189,7 +187,7 @@ def _crash(status: int) -> ErrorInfo:
         message = f"the task's process was killed by signal {number} ({name}){hint}"
     else:
         message = f"the task's process exited with code {os.waitstatus_to_exitcode(status)}"
-    return ErrorInfo("durablesched.ProcessCrashed", message + " before reporting", "")
+    return ErrorInfo.recorded(ProcessCrashed, message + " before reporting")
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -264,5 +262,4 @@ def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> 
 
 
 def _error(exc: BaseException) -> dict[str, str]:
-    info = ErrorInfo.from_exception(exc)
-    return {"type": info.type, "message": info.message, "traceback": info.traceback}
+    return ErrorInfo.from_exception(exc).to_dict()

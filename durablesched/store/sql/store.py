@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from durablesched.errors import (
     InvalidTransitionError,
+    LeaseExpired,
     SchemaError,
     StoreError,
     TaskNotFoundError,
@@ -460,14 +461,13 @@ def _dump(value: Any) -> str:
 
 
 def _error_json(error: ErrorInfo) -> str:
-    return _dump({"type": error.type, "message": error.message, "traceback": error.traceback})
+    return _dump(error.to_dict())
 
 
 def _error(value: str | None) -> ErrorInfo | None:
     if value is None:
         return None
-    data = json.loads(value)
-    return ErrorInfo(str(data["type"]), str(data["message"]), str(data["traceback"]))
+    return ErrorInfo.from_dict(json.loads(value))
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -929,7 +929,7 @@ class SQLStore:
                     f"lease of {r.lease_owner} expired at "
                     f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
                 )
-                error = ErrorInfo("durablesched.LeaseExpired", detail, "")
+                error = ErrorInfo.recorded(LeaseExpired, detail)
                 due_at: datetime | None = None
                 finished_at: datetime | None = now
                 if r.cancel_requested_at is not None:
