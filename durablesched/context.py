@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
-from durablesched.records import Claim, NewTask
+from durablesched.records import Claim, Environment, NewTask
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 
@@ -40,7 +40,7 @@ class TaskContext:
         self.children: list[NewTask] = []
         self.effects: list[Effect] = []
         #: "thread" or "process": where this attempt runs (docs/execution.md).
-        self.environment = "thread"
+        self.environment = Environment.THREAD
         #: ``time.monotonic()`` past which this attempt has overrun its timeout.
         self.deadline: float | None = None
 
@@ -133,7 +133,7 @@ class TaskContext:
         Not available in the process environment: the child process has no
         database connection (submit children, or use the idempotency key).
         """
-        if self.environment == "process":
+        if self.environment == Environment.PROCESS:
             raise UnsupportedOperationError(
                 f"task {self.name!r} runs in the process environment, where database "
                 "effects cannot be committed with its success (docs/execution.md)"

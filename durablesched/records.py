@@ -10,11 +10,34 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from durablesched.errors import DurableSchedError
+from durablesched.errors import ConfigurationError, DurableSchedError
 from durablesched.states import TaskState
 
 #: A task's JSON arguments: an object whose members become keyword arguments.
 JSONArgs = dict[str, Any]
+
+
+class Environment(StrEnum):
+    """Where a task's attempts run."""
+
+    #: A worker thread: cheap; cancellation and timeouts are cooperative.
+    THREAD = "thread"
+    #: A child process per attempt: a few milliseconds more; both are enforced.
+    PROCESS = "process"
+
+
+#: The environments as an error message lists them.
+ENVIRONMENT_CHOICES = " or ".join(repr(e.value) for e in Environment)
+
+
+def environment(value: str | Environment) -> Environment:
+    """``value`` as an :class:`Environment`, or a ConfigurationError naming the choices."""
+    try:
+        return Environment(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"environment must be {ENVIRONMENT_CHOICES}, got {value!r}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

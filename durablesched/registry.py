@@ -10,13 +10,10 @@ from typing import Any, TypeVar
 
 from durablesched.clock import positive_duration
 from durablesched.errors import ConfigurationError, UnknownTaskNameError
+from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-#: Where attempts may run (see durablesched.worker.environments).
-ENVIRONMENTS = ("thread", "process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +94,9 @@ class TaskRegistry:
             raise ConfigurationError("a task name must not be empty")
         if task_name in self._tasks:
             raise ConfigurationError(f"a task named {task_name!r} is already registered")
-        if environment is not None and environment not in ENVIRONMENTS:
+        if environment is not None and environment not in set(Environment):
             raise ConfigurationError(
-                f"task {task_name!r}: environment must be 'thread' or 'process', "
+                f"task {task_name!r}: environment must be {ENVIRONMENT_CHOICES}, "
                 f"got {environment!r}"
             )
         definition = TaskDefinition(

@@ -11,6 +11,7 @@ from typing import Any
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
 from durablesched.records import NewTask
 from durablesched.registry import TaskRegistry
+from durablesched.retry import DEFAULT_RETRY
 
 MAX_NAME_LENGTH = 200
 MAX_KEY_LENGTH = 200
@@ -94,7 +95,7 @@ def build_task(
     args_json = to_json(checked, f"arguments of task {name!r}")
     due_at = _due_at(now, at, delay)
     if max_attempts is None:
-        max_attempts = registry.retry_policy(name).max_attempts if registry else 5
+        max_attempts = (registry.retry_policy(name) if registry else DEFAULT_RETRY).max_attempts
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise InvalidTaskError(
             f"max_attempts must be an integer of at least 1, got {max_attempts!r}"

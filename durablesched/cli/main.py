@@ -24,16 +24,25 @@ from typing import Any, NoReturn
 
 from durablesched.clock import SystemClock
 from durablesched.errors import (
+    ConfigurationError,
     DurableSchedError,
     InvalidTaskError,
     InvalidTransitionError,
     TaskNotFoundError,
 )
-from durablesched.records import CancelOutcome, ErrorInfo, TaskRecord
+from durablesched.records import (
+    ENVIRONMENT_CHOICES,
+    CancelOutcome,
+    Environment,
+    ErrorInfo,
+    TaskRecord,
+)
 from durablesched.registry import TaskRegistry
+from durablesched.retry import DEFAULT_RETRY
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
-from durablesched.store.move import copy_live_tasks
+from durablesched.store.durability import Durability, durability
+from durablesched.store.move import move_live_tasks
 from durablesched.store.opening import create_engine_for, open_store
 from durablesched.store.sql.migrate import upgrade
 from durablesched.store.sql.store import SQLStore
@@ -62,7 +71,7 @@ DEFAULTS: dict[str, str] = {
     "lease": "30",
     "grace": "30",
     "log_level": "info",
-    "environment": "thread",
+    "environment": Environment.THREAD.value,
     "cancel_grace": "5",
 }
 #: --log-level names; per-task lines are INFO, so "warning" keeps only trouble.
@@ -135,10 +144,11 @@ def _positive_float(what: str, value: str) -> float:
     return number
 
 
-def _durability(value: str) -> Any:
-    if value not in ("full", "normal"):
-        raise UsageError(f"--durability must be 'full' or 'normal', got {value!r}")
-    return value
+def _durability(value: str) -> Durability:
+    try:
+        return durability(value)
+    except ConfigurationError as e:
+        raise UsageError(f"--{e}") from None
 
 
 def load_registry(spec: str) -> TaskRegistry:
@@ -196,8 +206,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}"
         )
     logging.getLogger("durablesched").setLevel(level)
-    if args.environment not in ("thread", "process"):
-        raise UsageError(f"--environment must be 'thread' or 'process', got {args.environment!r}")
+    if args.environment not in set(Environment):
+        raise UsageError(f"--environment must be {ENVIRONMENT_CHOICES}, got {args.environment!r}")
     cancel_grace = _positive_float("--cancel-grace", args.cancel_grace)
     store = open_store(args.db, durability=_durability(args.durability))
     scheduler = Scheduler(store, registry=registry)
@@ -574,7 +584,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     try:
         destination = open_store(args.to, durability=durability)
         try:
-            report = copy_live_tasks(source, destination, SystemClock().now, batch=batch)
+            report = move_live_tasks(source, destination, SystemClock().now, batch=batch)
         finally:
             destination.close()
     finally:
@@ -685,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--at", help="due at this ISO 8601 time with a time zone")
     p.add_argument(
         "--max-attempts",
-        help="attempts allowed (default: the task's retry policy with --app, else 5)",
+        help="attempts allowed (default: the task's retry policy with --app, else "
+        f"{DEFAULT_RETRY.max_attempts})",
     )
     p.add_argument("--key", help="idempotency key: a live or succeeded task with it is reused")
 

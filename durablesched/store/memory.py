@@ -25,6 +25,7 @@ from durablesched.errors import (
 from durablesched.records import (
     CancelOutcome,
     Claim,
+    Environment,
     ErrorInfo,
     LeaseStatus,
     NewTask,
@@ -297,7 +298,7 @@ class MemoryStore:
                 return CancelOutcome.CANCELLED
             if task.cancel_requested_at is None:
                 self._put(replace(task, cancel_requested_at=now, updated_at=now))
-            if task.environment == "process":
+            if task.environment == Environment.PROCESS:
                 return CancelOutcome.ENFORCED
             return CancelOutcome.REQUESTED
 
@@ -413,7 +414,7 @@ class MemoryStore:
         task = self._put(
             replace(
                 task,
-                environment="process" if in_process else None,
+                environment=Environment.PROCESS if in_process else None,
                 state=TaskState.RUNNING,
                 attempts=task.attempts + 1,
                 fence=task.fence + 1,

@@ -3,13 +3,14 @@
 Each batch first leaves the source (CANCELLED there, with a history line
 naming the destination), so no worker on the source can start it again; then
 it is stored in the destination, which remembers (source, task id) so that a
-task arrives at most once however often the copy runs; then the source's line
-is rewritten to name the task it became. A copy stopped at any point loses
+task arrives at most once however often the move runs; then the source's line
+is rewritten to name the task it became. A move stopped at any point loses
 nothing: the next run finds the tasks still in transit and delivers them first.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,8 +22,9 @@ from durablesched.store.sql.store import SQLStore
 
 
 @dataclass
-class CopyReport:
-    """What a copy did: tasks stored anew, found copied before, or deduplicated by key."""
+class MoveReport:
+    """What a move did: tasks stored anew (``copied``), found delivered by an earlier
+    run cut short (``already``), or deduplicated by idempotency key (``by_key``)."""
 
     source: int
     destination: int
@@ -37,17 +39,18 @@ class CopyReport:
         return self.copied + self.already + self.by_key
 
 
-def copy_live_tasks(
+def move_live_tasks(
     source: SQLStore,
     destination: SQLStore,
     now: Callable[[], datetime],
     *,
     batch: int = 500,
-) -> CopyReport:
-    """Move every PENDING and RETRY_WAIT task of ``source`` into ``destination``."""
+) -> MoveReport:
+    """Move every PENDING and RETRY_WAIT task of ``source`` into ``destination``: the
+    source's rows stay, CANCELLED, with a history line naming the task each became."""
     if batch < 1:
         raise ConfigurationError(f"batch must be at least 1, got {batch}")
-    report = CopyReport(source.instance(), destination.instance())
+    report = MoveReport(source.instance(), destination.instance())
     if report.source == report.destination:
         raise ConfigurationError("the source and the destination are the same database")
 
@@ -74,3 +77,24 @@ def copy_live_tasks(
         deliver(moved)
         after = moved[-1][0].id
     return report
+
+
+def copy_live_tasks(
+    source: SQLStore,
+    destination: SQLStore,
+    now: Callable[[], datetime],
+    *,
+    batch: int = 500,
+) -> MoveReport:
+    """Deprecated name of :func:`move_live_tasks` (it always moved); removed in 0.3."""
+    warnings.warn(
+        "copy_live_tasks is deprecated: call move_live_tasks (the tasks move, they are not "
+        "copied); the old name goes in 0.3",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return move_live_tasks(source, destination, now, batch=batch)
+
+
+#: Deprecated name of :class:`MoveReport`.
+CopyReport = MoveReport

@@ -25,32 +25,13 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from durablesched.context import TaskContext
-from durablesched.errors import ConfigurationError, ProcessCrashed, TaskCancelled
+from durablesched.errors import ProcessCrashed, TaskCancelled
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
-
-
-class Environment(StrEnum):
-    """Where a task's attempts run."""
-
-    #: A worker thread: cheap; cancellation and timeouts are cooperative.
-    THREAD = "thread"
-    #: A child process per attempt: a few milliseconds more; both are enforced.
-    PROCESS = "process"
-
-
-def environment(value: str | Environment) -> Environment:
-    try:
-        return Environment(value)
-    except ValueError:
-        raise ConfigurationError(
-            f"environment must be 'thread' or 'process', got {value!r}"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)

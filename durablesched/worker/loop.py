@@ -33,14 +33,14 @@ from durablesched.errors import (
     TaskCancelled,
     TaskTimeout,
 )
-from durablesched.records import Claim, ErrorInfo, LeaseStatus, Outcome
+from durablesched.records import Claim, Environment, ErrorInfo, LeaseStatus, Outcome
+from durablesched.records import environment as parse_environment
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher
 from durablesched.submission import canonical_json
-from durablesched.worker.environments import Environment, run_in_child
-from durablesched.worker.environments import environment as parse_environment
+from durablesched.worker.environments import run_in_child
 
 log = logging.getLogger("durablesched.worker.loop")
 

@@ -17,8 +17,9 @@ from sqlalchemy.engine import make_url
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
+from durablesched.store.durability import Durability
+from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
-from durablesched.store.sql.sqlite import Durability
 from durablesched.store.sql.store import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
 
 log = logging.getLogger("durablesched.store.sql.postgres")
@@ -48,8 +49,7 @@ def create_postgres_engine(
     db: str, *, durability: Durability = "full", pool_size: int = 8
 ) -> Engine:
     """An engine whose connections read JSONB as text and commit as ``durability`` says."""
-    if durability not in SYNCHRONOUS_COMMIT:
-        raise ConfigurationError(f"durability must be 'full' or 'normal', got {durability!r}")
+    synchronous_commit = SYNCHRONOUS_COMMIT[check_durability(durability)]
     try:
         import psycopg  # noqa: F401, PLC0415 - optional dependency, checked here for a clear error
     except ImportError:
@@ -59,7 +59,6 @@ def create_postgres_engine(
     from psycopg.types.string import TextLoader  # noqa: PLC0415 - optional dependency
 
     engine = create_engine(postgres_url(db), pool_size=pool_size, max_overflow=64)
-    synchronous_commit = SYNCHRONOUS_COMMIT[durability]
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:

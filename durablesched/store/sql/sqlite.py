@@ -12,20 +12,21 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from durablesched.errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
+from durablesched.store.durability import Durability
+from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.inotify import watch_directory
 from durablesched.store.sql.store import SQLITE, SQLStore, from_db_time, to_db_time, translated
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "from_db_time", "sqlite_url", "to_db_time"]
 
-Durability = Literal["full", "normal"]
 #: PRAGMA synchronous per durability mode (see docs/durability.md).
 SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -87,8 +88,7 @@ def create_sqlite_engine(
     Connections from ``engine.execution_options(durablesched_read=True)``
     begin deferred transactions instead, for reads.
     """
-    if durability not in SYNCHRONOUS:
-        raise ConfigurationError(f"durability must be 'full' or 'normal', got {durability!r}")
+    synchronous = SYNCHRONOUS[check_durability(durability)]
     url = sqlite_url(db)
     _prepare_file(url, file_mode)
     engine = create_engine(
@@ -97,7 +97,6 @@ def create_sqlite_engine(
         max_overflow=64,
         connect_args={"check_same_thread": False, "timeout": busy_timeout},
     )
-    synchronous = SYNCHRONOUS[durability]
     timeout_ms = int(busy_timeout * 1000)
     path = _file_path(engine)
 

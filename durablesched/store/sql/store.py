@@ -34,6 +34,7 @@ from durablesched.records import (
     TASK_KEY_PREFIX,
     CancelOutcome,
     Claim,
+    Environment,
     ErrorInfo,
     LeaseStatus,
     NewTask,
@@ -143,9 +144,9 @@ SQL_CANCEL_RUNNING = text(
 SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
 SQL_STATE_AND_ENVIRONMENT = text("SELECT state, environment FROM tasks WHERE id = :id")
 #: Claimed attempts that run in a child process: their cancellation is enforced.
-SQL_IN_PROCESS = text("UPDATE tasks SET environment = 'process' WHERE id IN :ids").bindparams(
-    bindparam("ids", expanding=True)
-)
+SQL_IN_PROCESS = text(
+    f"UPDATE tasks SET environment = '{Environment.PROCESS}' WHERE id IN :ids"
+).bindparams(bindparam("ids", expanding=True))
 SQL_ANY_EXPIRED = text(
     "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
 )
@@ -1469,7 +1470,7 @@ class SQLStore:
 
 
 def _running_cancel(environment: str | None) -> CancelOutcome:
-    return CancelOutcome.ENFORCED if environment == "process" else CancelOutcome.REQUESTED
+    return CancelOutcome.ENFORCED if environment == Environment.PROCESS else CancelOutcome.REQUESTED
 
 
 def _moving(destination: int, state: TaskState | None) -> str:

@@ -1,4 +1,4 @@
-"""`copy`: live tasks move between databases, at most once, and survive a copy cut short."""
+"""`move`: live tasks move between databases, at most once, and survive a move cut short."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 
 from durablesched import ConfigurationError, ErrorInfo, TaskState
 from durablesched.records import NewTask
-from durablesched.store.move import copy_live_tasks
+from durablesched.store.move import move_live_tasks
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
 from durablesched.store.sql.store import SQLStore
+from durablesched.submission import build_many
 
 from ..conftest import T0, at
 
@@ -62,7 +63,7 @@ def _fill(source: SQLStore) -> dict[str, int]:
 def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLStore]) -> None:
     source, destination = pair
     ids = _fill(source)
-    report = copy_live_tasks(source, destination, lambda: at(20))
+    report = move_live_tasks(source, destination, lambda: at(20))
     assert (report.copied, report.already, report.by_key) == (4, 0, 0)
     moved = {ids[n] for n in ("plain", "later", "keyed", "flaky")}
     assert set(report.mapping) == moved
@@ -91,7 +92,7 @@ def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLS
     # The destination runs them, in (due_at, seq) order.
     claimed = destination.claim("w2", 10, at(100), LEASE)
     assert [c.name for c in claimed] == ["plain", "keyed", "flaky"]
-    again = copy_live_tasks(source, destination, lambda: at(30))
+    again = move_live_tasks(source, destination, lambda: at(30))
     assert again.moved == 0
     assert len(destination.list_tasks()) == 4
 
@@ -117,8 +118,8 @@ def test_a_copy_cut_short_is_finished_by_the_next_and_nothing_doubles(
     monkeypatch.setattr(destination, "receive", receive_then_die)
     for _ in range(2):
         with pytest.raises(KeyboardInterrupt):
-            copy_live_tasks(source, destination, lambda: at(20), batch=2)
-    report = copy_live_tasks(source, destination, lambda: at(20), batch=2)
+            move_live_tasks(source, destination, lambda: at(20), batch=2)
+    report = move_live_tasks(source, destination, lambda: at(20), batch=2)
     live = {ids[n] for n in ("plain", "later", "keyed", "flaky")}
     assert set(report.mapping) == live  # all four delivered, none lost
     assert report.already >= 1  # the second run's delivery was recognised, not repeated
@@ -132,7 +133,7 @@ def test_a_key_already_held_in_the_destination_is_not_copied_again(
     source, destination = pair
     [held] = destination.submit([NewTask("keyed", {"n": 0}, at(10), 3, "key-1")], T0)
     source.submit([NewTask("keyed", {"n": 3}, at(10), 3, "key-1")], T0)
-    report = copy_live_tasks(source, destination, lambda: at(20))
+    report = move_live_tasks(source, destination, lambda: at(20))
     assert (report.copied, report.by_key) == (0, 1)
     assert list(report.mapping.values()) == [held.task_id]
     assert len(destination.list_tasks()) == 1
@@ -142,6 +143,20 @@ def test_copying_a_database_onto_itself_is_refused(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "one.db")
     same = SQLiteStore(tmp_path / "one.db")
     with pytest.raises(ConfigurationError, match="same database"):
-        copy_live_tasks(store, same, lambda: T0)
+        move_live_tasks(store, same, lambda: T0)
     store.close()
     same.close()
+
+
+def test_the_old_name_still_moves_and_warns(tmp_path: Path) -> None:
+    from durablesched.store.move import copy_live_tasks  # noqa: PLC0415 - the deprecated name
+
+    source, destination = SQLiteStore(tmp_path / "a.db"), SQLiteStore(tmp_path / "b.db")
+    try:
+        source.submit(build_many("t", [{"n": 1}], now=T0), T0)
+        with pytest.warns(DeprecationWarning, match="move_live_tasks"):
+            report = copy_live_tasks(source, destination, lambda: T0)
+        assert report.copied == 1
+    finally:
+        source.close()
+        destination.close()
