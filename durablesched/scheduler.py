@@ -5,9 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import TaskNotFoundError
@@ -16,6 +14,9 @@ from durablesched.registry import TaskRegistry
 from durablesched.states import TaskState
 from durablesched.store.protocol import Store
 from durablesched.submission import build_many, build_task
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 
 class Scheduler:
