@@ -1,10 +1,11 @@
-"""Commands on the whole queue: ``stats``, ``purge``, ``copy``."""
+"""Commands on the whole queue: ``stats``, ``purge``, and ``move`` (deprecated name ``copy``)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
@@ -12,6 +13,14 @@ from durablesched.cli.options import DEFAULTS, Commands
 from durablesched.cli.output import print_json, table, when
 from durablesched.cli.values import parse_duration, positive_int
 from durablesched.clock import SystemClock
+
+if TYPE_CHECKING:
+    from durablesched.store.move import MoveReport
+
+#: What ``copy`` says before it moves the tasks, until the name goes.
+COPY_DEPRECATED = (
+    "durablesched: 'copy' is deprecated, use 'move' (it moves the tasks); 'copy' goes in 0.3"
+)
 
 
 def register(commands: Commands) -> None:
@@ -22,9 +31,18 @@ def register(commands: Commands) -> None:
     batch = DEFAULTS["purge_batch"]
     p.add_argument("--batch", default=batch, help=f"rows per transaction (default {batch})")
 
-    p = commands.add("copy", cmd_copy, "move live tasks to another database, safely repeatable")
-    p.add_argument("--from", dest="source", help="the database the tasks leave")
-    p.add_argument("--to", help="the database they go to (created if new)")
+    _move_options(
+        commands.add("move", cmd_move, "move live tasks to another database, safely repeatable")
+    )
+    _move_options(commands.add("copy", cmd_copy, "deprecated name of move; goes in 0.3"))
+
+
+def _move_options(p: argparse.ArgumentParser) -> None:
+    required = p.add_argument_group("required arguments")
+    required.add_argument(
+        "--from", dest="source", required=True, help="the database the tasks leave"
+    )
+    required.add_argument("--to", required=True, help="the database they go to (created if new)")
     batch = DEFAULTS["move_batch"]
     p.add_argument("--batch", default=batch, help=f"tasks per transaction (default {batch})")
 
@@ -103,22 +121,30 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_copy(args: argparse.Namespace) -> int:
+def move_tasks(args: argparse.Namespace, command: str) -> MoveReport:
+    """Move the live tasks from ``--from`` to ``--to``; ``command`` names itself in errors."""
     from durablesched.store.move import move_live_tasks
 
     batch = positive_int("--batch", args.batch)
     if not args.source or not args.to:
-        raise UsageError("copy needs --from URL and --to URL")
+        raise UsageError(f"{command} needs --from URL and --to URL")
     source = open_db(args, args.source)
     try:
         destination = open_db(args, args.to)
         try:
-            report = move_live_tasks(source, destination, SystemClock().now, batch=batch)
+            return move_live_tasks(source, destination, SystemClock().now, batch=batch)
         finally:
             destination.close()
     finally:
         source.close()
-    if args.json:
+
+
+def print_move_report(report: MoveReport, *, as_json: bool, verb: str) -> None:
+    """The counts; ``verb`` is what the text calls a task stored anew ("moved", "copied").
+
+    The JSON keys are the same for ``move`` and ``copy``, so a script can switch names.
+    """
+    if as_json:
         print_json(
             {
                 "copied": report.copied,
@@ -129,8 +155,18 @@ def cmd_copy(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"moved {report.moved} live task(s): {report.copied} copied, "
-            f"{report.already} copied by an earlier run, "
+            f"moved {report.moved} live task(s): {report.copied} {verb}, "
+            f"{report.already} {verb} by an earlier run, "
             f"{report.by_key} already present by idempotency key"
         )
+
+
+def cmd_move(args: argparse.Namespace) -> int:
+    print_move_report(move_tasks(args, "move"), as_json=args.json, verb="moved")
+    return EXIT_OK
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    print(COPY_DEPRECATED, file=sys.stderr)
+    print_move_report(move_tasks(args, "copy"), as_json=args.json, verb="copied")
     return EXIT_OK
