@@ -343,3 +343,57 @@ def test_copy_moves_live_tasks_to_postgres_and_back_once(tmp_path: Path, pg_url:
     assert sorted(t["args"]["n"] for t in listed) == [0, 1, 2]
     missing = cli("copy", "--from", str(lite))
     assert missing.returncode == 2 and "--to" in missing.stderr
+
+
+def test_move_moves_live_tasks_once_and_says_so(tmp_path: Path) -> None:
+    source, destination = tmp_path / "source.db", tmp_path / "destination.db"
+    ids = [as_json(cli("submit", "record", "--json", db=source))["id"] for _ in range(3)]
+    result = cli("move", "--from", str(source), "--to", str(destination))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "moved 3 live task(s): 3 moved, 0 moved by an earlier run, "
+        "0 already present by idempotency key"
+    )
+    assert "deprecated" not in result.stderr
+    assert all(state_of(source, i) is TaskState.CANCELLED for i in ids)
+    again = as_json(cli("move", "--from", str(source), "--to", str(destination), "--json"))
+    # The same keys as copy's, so that a script only changes the command's name.
+    assert again == {
+        "copied": 0,
+        "already_copied": 0,
+        "deduplicated_by_key": 0,
+        "mapping": {},
+    }
+    assert len(as_json(cli("ls", "--json", db=destination))) == 3
+    same = cli("move", "--from", str(source), "--to", str(source))
+    assert same.returncode == 1 and "the same database" in same.stderr
+
+
+def test_copy_still_moves_and_warns_once_that_it_is_deprecated(tmp_path: Path) -> None:
+    source, destination = tmp_path / "source.db", tmp_path / "destination.db"
+    task_id = as_json(cli("submit", "record", "--json", db=source))["id"]
+    result = cli("copy", "--from", str(source), "--to", str(destination), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["copied"] == 1
+    assert result.stderr.splitlines() == [
+        "durablesched: 'copy' is deprecated, use 'move' (it moves the tasks); 'copy' goes in 0.3"
+    ]
+    assert state_of(source, task_id) is TaskState.CANCELLED
+    text = cli("copy", "--from", str(source), "--to", str(destination)).stdout
+    assert text.strip() == (
+        "moved 0 live task(s): 0 copied, 0 copied by an earlier run, "
+        "0 already present by idempotency key"
+    )
+
+
+@pytest.mark.parametrize("command", ["move", "copy"])
+def test_move_and_copy_help_show_from_and_to_as_required(tmp_path: Path, command: str) -> None:
+    result = cli(command, "--help")
+    assert result.returncode == 0
+    usage = " ".join(result.stdout.split("\n\n")[0].split())
+    assert "--from SOURCE --to TO" in usage and "[--from" not in usage
+    required = result.stdout.split("required arguments:")[1]
+    assert "--from SOURCE" in required and "--to TO" in required
+    missing = cli(command, "--from", str(tmp_path / "a.db"))
+    assert missing.returncode == 2
+    assert "required: --to" in missing.stderr

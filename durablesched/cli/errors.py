@@ -1,0 +1,16 @@
+"""What a command can refuse, and the exit code each refusal gives.
+
+``main`` turns these into one line on stderr: a command raises, it never exits.
+"""
+
+from __future__ import annotations
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad argument: exit 2 with a one-line message naming it."""
+
+
+class Refused(Exception):
+    """Not found or not allowed: exit 1."""

@@ -1,0 +1,205 @@
+"""``durablesched worker``: run the app's tasks until a signal, or until idle with ``--burst``.
+
+The steps: check the options, build the worker, install the signal handlers,
+run, give back unfinished claims, report how the database behaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from durablesched.cli.app import load_registry
+from durablesched.cli.database import open_db
+from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
+from durablesched.cli.options import Commands, env_name, option, switch
+from durablesched.cli.values import positive_float, positive_int
+from durablesched.errors import DurableSchedError
+from durablesched.records import ENVIRONMENT_CHOICES, Environment
+from durablesched.registry import TaskRegistry
+
+if TYPE_CHECKING:
+    from durablesched.store.sql.store import SQLStore
+    from durablesched.worker.loop import Worker
+
+#: --log-level names; per-task lines are INFO, so "warning" keeps only trouble.
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+#: What ``signal.signal`` takes and gives back.
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+# The logger name the worker's own lines have always carried (from when every
+# command lived in main.py): people filter logs by it.
+log = logging.getLogger("durablesched.cli.main")
+
+
+def register(commands: Commands) -> None:
+    p = commands.add("worker", cmd_worker, "run a worker process")
+    option(p, "--app", help="the task registry to run, as MODULE[:ATTR]")
+    option(p, "--concurrency", help="how many tasks run at once")
+    option(p, "--lease", help="lease length in seconds; heartbeats renew it")
+    option(p, "--grace", help="seconds running tasks get to finish after SIGTERM")
+    option(
+        p,
+        "--environment",
+        help="where tasks that do not say run: thread, or process (cancel and timeout enforced)",
+    )
+    option(
+        p,
+        "--cancel-grace",
+        help="seconds a task in a process has to stop when cancelled before it is terminated",
+    )
+    option(
+        p,
+        "--log-level",
+        help="debug, info (a line per task start and outcome), warning or error",
+    )
+    switch(p, "--burst", help="exit 0 once nothing is due or running")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The worker's options, checked before anything is opened."""
+
+    registry: TaskRegistry
+    concurrency: int
+    lease: float
+    grace: float
+    log_level: int
+    environment: Environment
+    cancel_grace: float
+
+
+def worker_options(args: argparse.Namespace) -> WorkerOptions:
+    """The options from ``args``, or a UsageError naming the first bad one."""
+    if args.app is None:
+        raise UsageError(f"--app is required (or set {env_name('app')})")
+    registry = load_registry(args.app)
+    concurrency = positive_int("--concurrency", args.concurrency)
+    lease = positive_float("--lease", args.lease)
+    grace = positive_float("--grace", args.grace)
+    level = LOG_LEVELS.get(str(args.log_level).lower())
+    if level is None:
+        raise UsageError(
+            f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}"
+        )
+    if args.environment not in set(Environment):
+        raise UsageError(f"--environment must be {ENVIRONMENT_CHOICES}, got {args.environment!r}")
+    cancel_grace = positive_float("--cancel-grace", args.cancel_grace)
+    return WorkerOptions(
+        registry, concurrency, lease, grace, level, Environment(args.environment), cancel_grace
+    )
+
+
+def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[SQLStore, Worker]:
+    """The store the options name, and a worker over it (the caller closes the store)."""
+    from durablesched.scheduler import Scheduler
+    from durablesched.worker.loop import Worker
+
+    store = open_db(args)
+    worker = Worker(
+        Scheduler(store, registry=options.registry),
+        concurrency=options.concurrency,
+        lease=options.lease,
+        environment=options.environment,
+        cancel_grace=options.cancel_grace,
+    )
+    return store, worker
+
+
+class SignalStop:
+    """SIGTERM or SIGINT: the first stops claiming and lets running tasks finish
+    within ``grace``; a second exits at once (held leases expire and are reclaimed)."""
+
+    def __init__(self, worker: Worker, grace: float) -> None:
+        self.worker = worker
+        #: Seconds running tasks get once stopped; 0 when the database failed.
+        self.grace = grace
+        self._seen = 0
+        self._previous: dict[int, SignalHandler] = {}
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self._seen += 1
+        if self._seen > 1:
+            log.warning("second signal: exiting at once; held leases will expire and be reclaimed")
+            os._exit(128 + signum)
+        log.info(
+            "signal %s: no new claims; waiting up to %ss for running tasks", signum, self.grace
+        )
+        self.worker.request_stop()
+
+    def install(self) -> None:
+        self._previous = {s: signal.signal(s, self) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_worker(worker: Worker, stop: SignalStop, *, burst: bool) -> int:
+    """Run until stopped (or idle, with ``burst``), then give back unfinished claims."""
+    code = EXIT_OK
+    try:
+        worker.run(burst=burst)
+    except DurableSchedError as e:
+        # The database went away or broke under us: stop, loudly, rather than spin.
+        log.error("worker stopping: %s", e)
+        print(f"durablesched: {type(e).__name__}: {e}", file=sys.stderr)
+        code = EXIT_REFUSED
+        stop.grace = 0.0
+    try:
+        released = worker.shutdown(stop.grace)
+        if released:
+            log.warning("gave back %s unfinished task(s) as PENDING", released)
+    except DurableSchedError as e:
+        log.error("could not give back unfinished tasks: %s", e)
+        code = EXIT_REFUSED
+    return code
+
+
+def report_stop(store: SQLStore) -> None:
+    """The stop line: how often the database was busy (a sign of contention)."""
+    log.log(
+        logging.WARNING if store.busy_retries else logging.INFO,
+        "stopped; transactions retried on a busy database: %s",
+        store.busy_retries,
+    )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    options = worker_options(args)
+    logging.getLogger("durablesched").setLevel(options.log_level)
+    store, worker = build_worker(options, args)
+    stop = SignalStop(worker, options.grace)
+    stop.install()
+    log.info(
+        "worker %s: %s slots, lease %ss, tasks %s",
+        worker.owner,
+        options.concurrency,
+        options.lease,
+        ", ".join(options.registry) or "(none)",
+    )
+    try:
+        code = run_worker(worker, stop, burst=args.burst)
+        report_stop(store)
+    finally:
+        stop.restore()
+        store.close()
+    if worker.active_count:
+        # Task threads that outlived the grace period cannot be interrupted, and
+        # their outcomes would be refused anyway: do not wait for them.
+        logging.shutdown()
+        os._exit(code)
+    return code
