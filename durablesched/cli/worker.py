@@ -40,9 +40,8 @@ LOG_LEVELS = {
 #: What ``signal.signal`` takes and gives back.
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None
 
-# The logger name the worker's own lines have always carried (from when every
-# command lived in main.py): people filter logs by it.
-log = logging.getLogger("durablesched.cli.main")
+# The logger name the command's own lines have always carried: people filter logs by it.
+log = logging.getLogger("durablesched.cli")
 
 
 def register(commands: Commands) -> None:
