@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from durablesched.errors import ConfigurationError, DurableSchedError
 from durablesched.states import TaskState
@@ -231,3 +231,57 @@ TASK_KEY_PREFIX = "durablesched-task-"
 def effective_key(task_id: int, submit_key: str | None) -> str:
     """The stable idempotency key a task's effects carry across all its attempts."""
     return submit_key if submit_key is not None else f"{TASK_KEY_PREFIX}{task_id}"
+
+
+# -- what an operator reads: `durablesched stats` --------------------------------------------------
+# Typed dicts, not classes: the record is the CLI's --json output as it is, and
+# stays a plain mapping for callers that index it.
+
+
+class OverdueTask(TypedDict):
+    """The task that has waited longest past its due time."""
+
+    id: int
+    name: str
+    due_at: datetime
+    lag_seconds: float
+
+
+class OverdueName(TypedDict):
+    """Tasks of one name waiting past their due time."""
+
+    name: str
+    tasks: int
+    oldest_due_at: datetime
+
+
+class RunningTask(TypedDict):
+    """A task RUNNING now, under whose lease."""
+
+    id: int
+    name: str
+    attempt: int
+    lease_owner: str | None
+    lease_expires_at: datetime
+    cancel_requested: bool
+
+
+class RecentFailure(TypedDict):
+    """A task that ended FAILED in the last hour."""
+
+    id: int
+    name: str
+    attempts: int
+    finished_at: datetime
+    error: ErrorInfo | None
+
+
+class QueueStats(TypedDict):
+    """A queue at one moment: counts per state (every state, zeros included), the oldest
+    overdue task, overdue tasks by name, running leases, and failures of the last hour."""
+
+    counts: dict[str, int]
+    oldest_overdue: OverdueTask | None
+    overdue_by_name: list[OverdueName]
+    running: list[RunningTask]
+    failures_last_hour: list[RecentFailure]
