@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
@@ -21,6 +20,7 @@ from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.store import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
+from durablesched.store.sql.urls import postgres_url
 
 log = logging.getLogger("durablesched.store.sql.postgres")
 
@@ -28,21 +28,6 @@ log = logging.getLogger("durablesched.store.sql.postgres")
 #: if the server crashes, never corrupts (docs/scaling.md).
 SYNCHRONOUS_COMMIT: dict[str, str] = {"full": "on", "normal": "off"}
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
-
-
-def postgres_url(db: str) -> str:
-    """``db`` with the psycopg 3 driver named: ``postgresql://`` becomes ``postgresql+psycopg://``."""
-    if db.startswith("postgres://"):  # the scheme many hosting services hand out
-        db = "postgresql://" + db.removeprefix("postgres://")
-    url = make_url(db)
-    if url.get_backend_name() != "postgresql":
-        raise ConfigurationError(f"not a PostgreSQL URL: {db!r}")
-    if url.get_driver_name() not in ("psycopg", "postgresql", ""):
-        raise ConfigurationError(
-            f"durablesched talks to PostgreSQL through psycopg 3 (postgresql+psycopg://), "
-            f"not {url.get_driver_name()}"
-        )
-    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 def create_postgres_engine(
@@ -189,8 +174,3 @@ class NotifyWatcher:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._TICK * 10)
         self._drop()
-
-
-def is_postgres_url(db: object) -> bool:
-    """True for a URL this module opens (anything else is taken as SQLite)."""
-    return isinstance(db, str) and db.startswith(("postgresql:", "postgresql+", "postgres:"))

@@ -18,12 +18,13 @@ from urllib.parse import quote
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from durablesched.errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
+from durablesched.errors import DurableSchedError, SchemaError, StoreError
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.inotify import watch_directory
 from durablesched.store.sql.store import SQLITE, SQLStore, from_db_time, to_db_time, translated
+from durablesched.store.sql.urls import sqlite_url
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "from_db_time", "sqlite_url", "to_db_time"]
 
@@ -34,19 +35,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 LOCK_WAIT = 5.0
 
 # -- the engine ----------------------------------------------------------------------------------
-
-
-def sqlite_url(db: str | os.PathLike[str]) -> str:
-    """An SQLAlchemy URL for ``db``, a file path or an ``sqlite://`` URL."""
-    raw = os.fspath(db)
-    if "://" in raw:
-        url = make_url(raw)
-        if url.get_backend_name() != "sqlite":
-            raise ConfigurationError(
-                f"only SQLite databases are supported here, got a {url.get_backend_name()} URL"
-            )
-        return raw
-    return f"sqlite:///{Path(raw).expanduser().resolve()}"
 
 
 def _prepare_file(url: str, file_mode: int) -> None:
