@@ -1,9 +1,9 @@
-"""The durable backend on SQL, for SQLite and PostgreSQL alike. All of its SQL is here.
+"""The durable backend on SQL, for SQLite and PostgreSQL alike: the Store protocol.
 
-One store, one set of statements; where the two databases must differ (the
-claim's locking, JSON functions, how times are stored, how other processes
-hear of a commit) the statement comes from the :class:`SQLDialect` of the
-engine. Every outcome write names the claim that made it in its WHERE clause.
+One store, one set of statements (:mod:`.statements`); where the two databases
+must differ the statement comes from the engine's :class:`SQLDialect`, defined
+in that database's module (:mod:`.sqlite`, :mod:`.postgres`). Every outcome
+write names the claim that made it in its WHERE clause.
 """
 
 from __future__ import annotations
@@ -11,27 +11,22 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, TextClause, bindparam, exc, text
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy import Connection, Engine, exc
 
 from durablesched.errors import (
     InvalidTransitionError,
     LeaseExpired,
-    SchemaError,
     StoreError,
     TaskNotFoundError,
 )
 from durablesched.records import (
-    TASK_KEY_PREFIX,
     CancelOutcome,
     Claim,
     Environment,
@@ -48,517 +43,54 @@ from durablesched.records import (
 )
 from durablesched.states import TaskState, check_transition
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
+from durablesched.store.sql import group_commit
+from durablesched.store.sql.codec import dump, error_from_json, error_json, from_db_time, record
+from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema
-from durablesched.store.sql.schema import CLAIMABLE_SQL
-
-# -- the SQL both databases share ----------------------------------------------------------------
-
-#: Valid claim: RUNNING, same owner, same fence, lease not yet expired.
-VALID = (
-    "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
-    "AND lease_expires_at > :now"
+from durablesched.store.sql.statements import (
+    SQL_ACK_CANCEL,
+    SQL_ALLOCATE,
+    SQL_ANY_EXPIRED,
+    SQL_CANCEL_RUNNING,
+    SQL_CANCEL_WAITING,
+    SQL_COMPLETE,
+    SQL_CONFIRM_MOVE,
+    SQL_COPIED,
+    SQL_COUNT_BY_STATE,
+    SQL_CREATED,
+    SQL_EVENT_ID,
+    SQL_EXPIRED,
+    SQL_FAIL,
+    SQL_FIND_KEY,
+    SQL_GET,
+    SQL_HAND_OVER,
+    SQL_HISTORY,
+    SQL_IN_PROCESS,
+    SQL_IN_TRANSIT,
+    SQL_INSERT_COPY,
+    SQL_INSERT_EVENT,
+    SQL_INSTANCE,
+    SQL_IS_VALID,
+    SQL_KEY_HELD_BY_OTHER,
+    SQL_LEASES,
+    SQL_LIVE_IDS,
+    SQL_NEXT_DUE,
+    SQL_NEXT_EXPIRY,
+    SQL_OLDEST_OVERDUE,
+    SQL_OVERDUE_BY_NAME,
+    SQL_PURGE_BATCH,
+    SQL_RECENT_FAILURES,
+    SQL_RECLAIM,
+    SQL_RECORD_COPY,
+    SQL_RECORD_KEY,
+    SQL_RELEASE,
+    SQL_REQUEUE,
+    SQL_RUNNING,
+    SQL_STATE,
+    SQL_STATE_AND_ENVIRONMENT,
+    sql_list_tasks,
 )
-TASK_COLUMNS = (
-    "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
-    "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment"
-)
-CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
-#: Names bound one parameter each (an expanding IN), compared exactly as stored.
-NAMES_FILTER = "AND name IN :names"
-#: The same in the statements given straight to the driver: ``{names}`` becomes
-#: ``:n0, :n1, ...``, one placeholder per name.
-NAMES_IN = "AND name IN ({names})"
-_NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
-
-SQL_ALLOCATE = text(
-    "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
-)
-SQL_FIND_KEY = text(
-    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
-    "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
-)
-#: Bulk inserts go straight to the driver's executemany; {p} is its placeholder.
-INSERT_TASK = (
-    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "idempotency_key, created_at, updated_at) "
-    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p})"
-)
-INSERT_EVENTS = (
-    "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
-)
-RECORD_KEYS = (
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
-)
-SQL_INSERT_EVENT = text(
-    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
-    "VALUES (:task_id, :at, :state, :attempt, :detail)"
-)
-SQL_COMPLETE = text(
-    "UPDATE tasks SET state = 'SUCCEEDED', result = :result, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    f"WHERE {VALID} RETURNING attempts, idempotency_key"
-)
-SQL_RECORD_KEY = text(
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    "VALUES (:key, :task_id, :now, :result)"
-)
-#: ``:give_up`` is 1 when the attempt has no retry; never NULL, so that no
-#: database has to guess the type of a bare NULL parameter.
-_GIVE_UP = "(:give_up = 1 OR cancel_requested_at IS NOT NULL)"
-SQL_FAIL = text(
-    f"UPDATE tasks SET state = CASE WHEN {_GIVE_UP} THEN 'FAILED' ELSE 'RETRY_WAIT' END, "
-    f"due_at = CASE WHEN {_GIVE_UP} THEN due_at ELSE :retry_at END, "
-    f"finished_at = CASE WHEN {_GIVE_UP} THEN :now ELSE NULL END, "
-    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    f"WHERE {VALID} RETURNING state, attempts"
-)
-SQL_ACK_CANCEL = text(
-    "UPDATE tasks SET state = 'CANCELLED', lease_owner = NULL, lease_expires_at = NULL, "
-    "updated_at = :now, finished_at = :now "
-    f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
-)
-#: A stopping worker gives a claim back: the attempt does not count.
-SQL_RELEASE = text(
-    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
-    "ELSE 'CANCELLED' END, "
-    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
-    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
-    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    f"WHERE {VALID} RETURNING state, attempts"
-)
-SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
-SQL_LEASES = text(
-    "SELECT id, fence, lease_owner, lease_expires_at, cancel_requested_at FROM tasks "
-    "WHERE id IN :ids AND state = 'RUNNING' AND lease_expires_at > :now ORDER BY id"
-).bindparams(bindparam("ids", expanding=True))
-SQL_CANCEL_WAITING = text(
-    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
-    f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
-)
-SQL_CANCEL_RUNNING = text(
-    "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
-    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL "
-    "RETURNING environment"
-)
-SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
-SQL_STATE_AND_ENVIRONMENT = text("SELECT state, environment FROM tasks WHERE id = :id")
-#: Claimed attempts that run in a child process: their cancellation is enforced.
-SQL_IN_PROCESS = text(
-    f"UPDATE tasks SET environment = '{Environment.PROCESS}' WHERE id IN :ids"
-).bindparams(bindparam("ids", expanding=True))
-SQL_ANY_EXPIRED = text(
-    "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
-)
-SQL_EXPIRED = text(
-    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
-    "cancel_requested_at, fence FROM tasks "
-    "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
-)
-#: The reclaim re-checks state, fence and expiry itself: a completion that
-#: landed a moment earlier is never overwritten.
-SQL_RECLAIM = text(
-    "UPDATE tasks SET state = :state, due_at = coalesce(:due_at, due_at), "
-    "finished_at = :finished_at, "
-    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    "WHERE id = :id AND state = 'RUNNING' AND fence = :fence AND lease_expires_at <= :now"
-)
-SQL_NEXT_DUE = text(
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
-)
-SQL_NEXT_EXPIRY = text(
-    "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
-    "ORDER BY lease_expires_at LIMIT 1"
-)
-SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
-SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
-SQL_HISTORY = text(
-    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
-)
-# -- operator statements (the CLI's retry, stats, purge and copy) -------------------------------
-
-SQL_REQUEUE = text(
-    "UPDATE tasks SET state = 'PENDING', due_at = :now, seq = :seq, attempts = 0, "
-    "lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL, result = NULL, "
-    "finished_at = NULL, updated_at = :now "
-    "WHERE id = :id AND state IN ('FAILED', 'CANCELLED') RETURNING id"
-)
-SQL_KEY_HELD_BY_OTHER = text(
-    "SELECT other.id FROM tasks AS this JOIN tasks AS other "
-    "ON other.idempotency_key = this.idempotency_key AND other.id != this.id "
-    "WHERE this.id = :id AND other.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
-)
-SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
-SQL_OLDEST_OVERDUE = text(
-    f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-SQL_OVERDUE_BY_NAME = text(
-    f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
-    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
-)
-SQL_RUNNING = text(
-    "SELECT id, name, attempts, lease_owner, lease_expires_at, cancel_requested_at "
-    "FROM tasks WHERE state = 'RUNNING' ORDER BY lease_expires_at"
-)
-SQL_RECENT_FAILURES = text(
-    "SELECT id, name, attempts, finished_at, last_error FROM tasks "
-    "WHERE state = 'FAILED' AND finished_at >= :since ORDER BY finished_at DESC"
-)
-#: Finished tasks only, oldest first, a bounded batch per transaction.
-SQL_PURGE_BATCH = text(
-    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
-    "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
-    "ORDER BY finished_at LIMIT :batch)"
-)
-# -- copy: live tasks handed over from one database to another ----------------------------------
-
-SQL_INSTANCE = text("SELECT value FROM durablesched_counters WHERE name = 'instance'")
-SQL_LIVE_IDS = text(
-    f"SELECT id, state FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after ORDER BY id LIMIT :batch"
-)
-#: Live tasks leave the source as CANCELLED (no worker there can run them again)
-#: before they exist in the destination; the event's detail says where they went.
-SQL_HAND_OVER = text(
-    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
-    f"WHERE id IN :ids AND {CLAIMABLE_SQL} RETURNING {TASK_COLUMNS}"
-).bindparams(bindparam("ids", expanding=True))
-#: Handed over but not yet confirmed: a copy that stopped half way finishes these first.
-SQL_IN_TRANSIT = text(
-    f"SELECT {', '.join('t.' + c for c in TASK_COLUMNS.split(', '))}, e.id AS event_id, "
-    "e.detail FROM tasks t JOIN task_events e ON e.task_id = t.id "
-    "WHERE t.state = 'CANCELLED' AND e.state = 'CANCELLED' AND e.detail LIKE :prefix "
-    "ORDER BY t.id"
-)
-SQL_CONFIRM_MOVE = text("UPDATE task_events SET detail = :detail WHERE id = :event_id")
-SQL_EVENT_ID = text(
-    "SELECT id FROM task_events WHERE task_id = :task_id AND detail = :detail ORDER BY id DESC"
-)
-SQL_COPIED = text(
-    "SELECT task_id FROM durablesched_copies WHERE source = :source AND source_id = :source_id"
-)
-SQL_RECORD_COPY = text(
-    "INSERT INTO durablesched_copies (source, source_id, task_id, copied_at) "
-    "VALUES (:source, :source_id, :task_id, :now)"
-)
-SQL_INSERT_COPY = text(
-    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "last_error, idempotency_key, created_at, updated_at) VALUES (:id, :id, :name, :args, "
-    ":state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, :created_at, :now)"
-)
-
-# -- where SQLite and PostgreSQL differ ----------------------------------------------------------
-
-
-def _sqlite_claim(names: bool) -> str:
-    """The claim as the driver runs it; ``{names}`` is filled with one placeholder per name."""
-    return (
-        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
-        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
-        "environment = NULL "
-        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
-        # the (state, name) index and sort; the claim must always walk this one.
-        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit) "
-        f"RETURNING {CLAIM_RETURNING}"
-    )
-
-
-def _postgres_claim(names: bool) -> str:
-    # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
-    # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
-    # lets concurrent claimers take the next rows instead of queueing. The
-    # history lines go in with the claim, in the same round trip.
-    return (
-        "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
-        "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
-        "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
-        "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
-        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
-        "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
-        f"SELECT {CLAIM_RETURNING} FROM claimed"
-    )
-
-
-#: ``:fences`` is a JSON object {task id: fence}.
-SQLITE_HEARTBEAT = (
-    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
-    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
-    "AND fence = json_extract(:fences, '$.\"' || id || '\"') "
-    "AND state = 'RUNNING' AND lease_owner = :owner AND lease_expires_at > :now "
-    "RETURNING id, fence, lease_expires_at, cancel_requested_at"
-)
-#: Rows are locked in id order first, as every multi-row write here does, so
-#: that a heartbeat and a group commit of the same tasks cannot deadlock.
-POSTGRES_HEARTBEAT = (
-    "WITH f AS (SELECT CAST(key AS bigint) AS id, CAST(value AS bigint) AS fence "
-    "FROM jsonb_each_text(CAST(:fences AS jsonb))), "
-    "locked AS MATERIALIZED (SELECT t.id, f.fence FROM tasks t JOIN f ON t.id = f.id "
-    "WHERE t.fence = f.fence AND t.state = 'RUNNING' AND t.lease_owner = :owner "
-    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
-    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now FROM locked "
-    "WHERE tasks.id = locked.id AND tasks.fence = locked.fence AND tasks.state = 'RUNNING' "
-    "AND tasks.lease_owner = :owner AND tasks.lease_expires_at > :now "
-    "RETURNING tasks.id, tasks.fence, tasks.lease_expires_at, tasks.cancel_requested_at"
-)
-#: Successes without effects or children, many in one statement. ``:batch`` maps
-#: each task id to its claim's owner, fence and result (JSON text).
-_ITEM = "json_extract(:batch, '$.\"' || id || '\".{field}')"
-SQLITE_COMPLETE_MANY = (
-    "UPDATE tasks SET state = 'SUCCEEDED', "
-    f"result = {_ITEM.format(field='r')}, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:batch)) AND state = 'RUNNING' "
-    f"AND lease_owner = {_ITEM.format(field='o')} "
-    f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
-    "RETURNING id, attempts, idempotency_key, result"
-)
-#: PostgreSQL records the keys and the history lines in the same statement
-#: (data-modifying CTEs): one round trip for the whole group of successes.
-POSTGRES_COMPLETE_MANY = (
-    "WITH b AS (SELECT CAST(key AS bigint) AS id, value->>'o' AS owner, "
-    "CAST(value->>'f' AS bigint) AS fence, CAST(value->>'r' AS jsonb) AS result "
-    "FROM jsonb_each(CAST(:batch AS jsonb))), "
-    "locked AS MATERIALIZED (SELECT t.id, b.result FROM tasks t JOIN b ON t.id = b.id "
-    "WHERE t.state = 'RUNNING' AND t.lease_owner = b.owner AND t.fence = b.fence "
-    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t), "
-    "done AS (UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, "
-    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    "FROM locked WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' "
-    "AND tasks.lease_expires_at > :now "
-    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result), "
-    "keys AS (INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done), "
-    "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-    "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
-    "SELECT id, attempts, idempotency_key, result FROM done"
-)
-_SQLITE_NEXT_DUE_NAMED = (
-    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
-    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-_POSTGRES_NEXT_DUE_NAMED = (
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-#: Submitters take the counter row first: the idempotency-key check that
-#: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
-POSTGRES_LOCK_SUBMISSIONS = (
-    "SELECT value FROM durablesched_counters WHERE name = 'task_seq' FOR UPDATE"
-)
-#: The channel a PostgreSQL worker LISTENs on; delivered when the sender commits.
-CHANNEL = "durablesched"
-POSTGRES_NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
-
-
-def to_db_time(when: datetime) -> str:
-    """SQLite: UTC, fixed width, so that text order is time order and a person can read it."""
-    return when.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-
-
-def from_db_time(value: str | datetime) -> datetime:
-    """A stored time (SQLite's text or PostgreSQL's timestamptz) as an aware UTC datetime."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC)
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)
-
-
-def _opt_time(value: str | datetime | None) -> datetime | None:
-    return None if value is None else from_db_time(value)
-
-
-def _as_utc(when: datetime) -> datetime:
-    return when.astimezone(UTC)
-
-
-def _pyformat(sql: str) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s`` (the statements hold no ``%``)."""
-    assert "%" not in sql and "::" not in sql, sql
-    return re.sub(r"(?<![\w:]):(\w+)", r"%(\1)s", sql)
-
-
-@dataclass(frozen=True)
-class SQLDialect:
-    """The statements and conversions that differ between the databases.
-
-    The hot-path statements (claim, heartbeat, group commit) are handed straight
-    to the driver: SQLAlchemy's work per statement costs more than the statement
-    (docs/performance.md). They are written with ``:name`` placeholders.
-    """
-
-    name: str
-    claim: str
-    #: The claim limited to some names; ``{names}`` takes one placeholder per name.
-    claim_named: str
-    heartbeat: str
-    complete_many: str
-    next_due_named: TextClause
-    insert_task: str
-    insert_events: str
-    record_keys: str
-    #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.
-    time: Callable[[datetime], Any]
-    #: A ``:name`` statement as the driver takes it.
-    driver: Callable[[str], str] = str
-    #: Run first in a submitting transaction, if the database needs it.
-    lock_submissions: TextClause | None = None
-    #: Run in a transaction whose commit should wake idle workers elsewhere.
-    notify: TextClause | None = None
-    #: The claim and group-commit statements write their own history lines and keys.
-    writes_history: bool = False
-
-    def claim_for(self, count: int) -> str:
-        """The claim for ``count`` names, bound as ``n0`` ... (cached: names rarely change)."""
-        cached = _CLAIMS.get((self.name, count))
-        if cached is None:
-            names = ", ".join(f":n{i}" for i in range(count))
-            cached = self.driver(self.claim_named.replace("{names}", names))
-            _CLAIMS[(self.name, count)] = cached
-        return cached
-
-
-_CLAIMS: dict[tuple[str, int], str] = {}
-
-SQLITE = SQLDialect(
-    name="sqlite",
-    claim=_sqlite_claim(names=False),
-    claim_named=_sqlite_claim(names=True),
-    heartbeat=SQLITE_HEARTBEAT,
-    complete_many=SQLITE_COMPLETE_MANY,
-    next_due_named=text(_SQLITE_NEXT_DUE_NAMED).bindparams(_NAMES),
-    insert_task=INSERT_TASK.format(p="?"),
-    insert_events=INSERT_EVENTS.format(p="?"),
-    record_keys=RECORD_KEYS.format(p="?"),
-    time=to_db_time,
-)
-POSTGRES = SQLDialect(
-    name="postgresql",
-    claim=_pyformat(_postgres_claim(names=False)),
-    claim_named=_postgres_claim(names=True),
-    heartbeat=_pyformat(POSTGRES_HEARTBEAT),
-    complete_many=_pyformat(POSTGRES_COMPLETE_MANY),
-    next_due_named=text(_POSTGRES_NEXT_DUE_NAMED).bindparams(_NAMES),
-    insert_task=INSERT_TASK.format(p="%s"),
-    insert_events=INSERT_EVENTS.format(p="%s"),
-    record_keys=RECORD_KEYS.format(p="%s"),
-    time=_as_utc,
-    driver=_pyformat,
-    lock_submissions=text(POSTGRES_LOCK_SUBMISSIONS),
-    notify=text(POSTGRES_NOTIFY),
-    writes_history=True,
-)
-
-
-# -- JSON as stored ------------------------------------------------------------------------------
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _error_json(error: ErrorInfo) -> str:
-    return _dump(error.to_dict())
-
-
-def _error(value: str | None) -> ErrorInfo | None:
-    if value is None:
-        return None
-    return ErrorInfo.from_dict(json.loads(value))
-
-
-# -- errors --------------------------------------------------------------------------------------
-
-SQLITE_BUSY, SQLITE_LOCKED = 5, 6
-
-
-def _is_busy(error: exc.DBAPIError) -> bool:
-    """SQLite's 'database is locked': worth retrying the BEGIN."""
-    code = getattr(error.orig, "sqlite_errorcode", None)
-    if code is not None:
-        return int(code) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
-    return "database is locked" in str(error.orig)
-
-
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Database errors leave as StoreError (or SchemaError) naming what failed."""
-    try:
-        yield
-    except exc.DBAPIError as e:
-        message = str(e.orig) if e.orig is not None else str(e)
-        if "not a database" in message:
-            raise SchemaError(f"{what}: the file is not a SQLite database ({message})") from e
-        if "no such table" in message or ("relation" in message and "does not exist" in message):
-            raise SchemaError(f"{what}: the durablesched schema is missing ({message})") from e
-        if "\\u0000" in message:
-            raise StoreError(
-                f"{what} failed: PostgreSQL cannot store the NUL character (\\u0000) in "
-                f"JSON or text ({message.splitlines()[0]})"
-            ) from e
-        raise StoreError(f"{what} failed: {message.strip()}") from e
-
-
-# -- group commit --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _SuccessRun:
-    """Plain successes of distinct tasks, recorded by one statement."""
-
-    indexes: list[int]
-    task_ids: list[int]
-    #: {task id: {"o": owner, "f": fence, "r": result JSON}}, as the statement takes it.
-    batch: str
-
-
-#: What a group commit does, in order: a run of plain successes, or one outcome's index.
-_Plan = list[_SuccessRun | int]
-
-
-def _plan(outcomes: Sequence[Outcome]) -> _Plan:
-    """Outcomes in task id order, runs of plain successes grouped; worked out (JSON
-    and all) before the transaction, which then holds the write lock for less.
-
-    Id order is the order every multi-row write here locks rows in: on
-    PostgreSQL a heartbeat of the same tasks then waits instead of deadlocking.
-    """
-    plan: _Plan = []
-    run: dict[int, int] = {}  # task id -> index, for the current run of plain successes
-
-    def close_run() -> None:
-        if run:
-            batch = {
-                str(task_id): {
-                    "o": outcomes[i].claim.owner,
-                    "f": outcomes[i].claim.fence,
-                    "r": "null" if outcomes[i].result is None else _dump(outcomes[i].result),
-                }
-                for task_id, i in run.items()
-            }
-            plan.append(_SuccessRun(list(run.values()), list(run), _dump(batch)))
-            run.clear()
-
-    for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
-        outcome = outcomes[index]
-        plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
-        if plain and outcome.claim.task_id not in run:
-            run[outcome.claim.task_id] = index
-            continue
-        close_run()
-        if plain:
-            run[outcome.claim.task_id] = index
-        else:
-            plan.append(index)
-    close_run()
-    return plan
-
-
-# -- the store -----------------------------------------------------------------------------------
+from durablesched.store.sql.translate import is_busy, translated
 
 
 class SQLStore:
@@ -670,7 +202,7 @@ class SQLStore:
                 return conn
             except exc.OperationalError as e:
                 conn.close()
-                if not _is_busy(e) or time.monotonic() + delay > deadline:
+                if not is_busy(e) or time.monotonic() + delay > deadline:
                     raise
             with self._busy_lock:
                 self.busy_retries += 1
@@ -727,7 +259,7 @@ class SQLStore:
     def get(self, task_id: int) -> TaskRecord | None:
         with self._read(f"reading task {task_id}") as conn:
             row = conn.execute(SQL_GET, {"id": task_id}).first()
-        return None if row is None else _record(row)
+        return None if row is None else record(row)
 
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._read(f"reading the history of task {task_id}") as conn:
@@ -746,18 +278,14 @@ class SQLStore:
     def list_tasks(
         self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
     ) -> list[TaskRecord]:
-        clauses = []
         params: dict[str, Any] = {"limit": limit}
         if state is not None:
-            clauses.append("state = :state")
             params["state"] = TaskState(state).value
         if name is not None:
-            clauses.append("name = :name")
             params["name"] = name
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
+        sql = sql_list_tasks(state=state is not None, name=name is not None)
         with self._read("listing tasks") as conn:
-            return [_record(r) for r in conn.execute(sql, params)]
+            return [record(r) for r in conn.execute(sql, params)]
 
     def claim(
         self,
@@ -789,7 +317,7 @@ class SQLStore:
         if not claims:
             return []
         params = {
-            "fences": _dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
+            "fences": dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
             "owner": owner,
             "now": self._t(now),
             "lease_expires_at": self._t(now + lease),
@@ -857,7 +385,7 @@ class SQLStore:
         Each outcome with effects or children runs under a savepoint, so one
         that raises is undone alone and comes back as its exception.
         """
-        plan = _plan(outcomes)
+        plan = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
             results = self._record_outcomes(conn, outcomes, now, plan)
             rows = (
@@ -950,7 +478,7 @@ class SQLStore:
                         "state": state.value,
                         "due_at": None if due_at is None else self._t(due_at),
                         "finished_at": None if finished_at is None else self._t(finished_at),
-                        "error": _error_json(error),
+                        "error": error_json(error),
                     },
                 ).rowcount
                 if updated:
@@ -1049,7 +577,7 @@ class SQLStore:
                     "name": r.name,
                     "attempts": r.attempts,
                     "finished_at": from_db_time(r.finished_at),
-                    "error": _error(r.last_error),
+                    "error": error_from_json(r.last_error),
                 }
                 for r in failures
             ],
@@ -1095,15 +623,15 @@ class SQLStore:
                 return []
             rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": self._t(now)}).all()
             moved = sorted(
-                ((_record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id
+                ((record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id
             )
-            for record, state in moved:
+            for task, state in moved:
                 self._event(
                     conn,
-                    record.id,
+                    task.id,
                     now,
                     TaskState.CANCELLED,
-                    record.attempts,
+                    task.attempts,
                     _moving(destination, state),
                 )
         return moved
@@ -1113,16 +641,16 @@ class SQLStore:
         prefix = _moving(destination, None)
         with self._read("finding tasks in transit") as conn:
             rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
-        return [(_record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+        return [(record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
 
     def confirm_move(
         self, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
     ) -> None:
         """Rewrite each hand-over line to say which task it became there."""
         with self._write("confirming moved tasks") as conn:
-            for record, state, new_id in moved:
+            for task, state, new_id in moved:
                 event_id = conn.execute(
-                    SQL_EVENT_ID, {"task_id": record.id, "detail": _moving(destination, state)}
+                    SQL_EVENT_ID, {"task_id": task.id, "detail": _moving(destination, state)}
                 ).scalar()
                 if event_id is not None:
                     conn.execute(
@@ -1147,15 +675,15 @@ class SQLStore:
             if self.dialect.lock_submissions is not None:
                 conn.execute(self.dialect.lock_submissions)
             stamp = self._t(now)
-            for record, state in moved:
-                ref = {"source": source, "source_id": record.id}
+            for task, state in moved:
+                ref = {"source": source, "source_id": task.id}
                 known = conn.execute(SQL_COPIED, ref).scalar()
                 if known is not None:
                     results.append((int(known), "already"))
                     continue
                 holder = None
-                if record.idempotency_key is not None:
-                    holder = conn.execute(SQL_FIND_KEY, {"key": record.idempotency_key}).scalar()
+                if task.idempotency_key is not None:
+                    holder = conn.execute(SQL_FIND_KEY, {"key": task.idempotency_key}).scalar()
                 if holder is not None:
                     conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
                     results.append((int(holder), "key"))
@@ -1165,17 +693,17 @@ class SQLStore:
                     SQL_INSERT_COPY,
                     {
                         "id": new_id,
-                        "name": record.name,
-                        "args": _dump(record.args),
+                        "name": task.name,
+                        "args": dump(task.args),
                         "state": state.value,
-                        "due_at": self._t(record.due_at),
-                        "attempts": record.attempts,
-                        "max_attempts": record.max_attempts,
+                        "due_at": self._t(task.due_at),
+                        "attempts": task.attempts,
+                        "max_attempts": task.max_attempts,
                         "last_error": None
-                        if record.last_error is None
-                        else _error_json(record.last_error),
-                        "key": record.idempotency_key,
-                        "created_at": self._t(record.created_at),
+                        if task.last_error is None
+                        else error_json(task.last_error),
+                        "key": task.idempotency_key,
+                        "created_at": self._t(task.created_at),
                         "now": stamp,
                     },
                 )
@@ -1184,8 +712,8 @@ class SQLStore:
                     new_id,
                     now,
                     state,
-                    record.attempts,
-                    f"copied from database {source} task {record.id}",
+                    task.attempts,
+                    f"copied from database {source} task {task.id}",
                 )
                 conn.execute(SQL_RECORD_COPY, {**ref, "task_id": new_id, "now": stamp})
                 results.append((new_id, "copied"))
@@ -1234,13 +762,13 @@ class SQLStore:
         stamp = self._t(now)
         # A batch usually shares one due time: each distinct one is converted once.
         due = {when: self._t(when) for when in {task.due_at for task in new}}
-        dump = _dump
+        to_json = dump  # a local, for the loop below
         rows = [
             (
                 task_id,
                 task_id,
                 task.name,
-                task.args_json if task.args_json is not None else dump(task.args),
+                task.args_json if task.args_json is not None else to_json(task.args),
                 due[task.due_at],
                 task.max_attempts,
                 task.idempotency_key,
@@ -1324,7 +852,7 @@ class SQLStore:
         return claims
 
     def _record_outcomes(
-        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime, plan: _Plan
+        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime, plan: group_commit.Plan
     ) -> list[OutcomeResult]:
         """Outcomes in the order of ``plan`` (made before the transaction began)."""
         results: list[OutcomeResult] = [None] * len(outcomes)
@@ -1359,7 +887,7 @@ class SQLStore:
 
     def _complete(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
         claim = outcome.claim
-        result_json = _dump(outcome.result)
+        result_json = dump(outcome.result)
         params = self._claim_params(claim, now)
         row = conn.execute(SQL_COMPLETE, {**params, "result": result_json}).first()
         if row is None:
@@ -1381,7 +909,7 @@ class SQLStore:
         return TaskState.SUCCEEDED
 
     def _complete_many(
-        self, conn: Connection, run: _SuccessRun, now: datetime
+        self, conn: Connection, run: group_commit.SuccessRun, now: datetime
     ) -> list[TaskState | None]:
         """Plain successes of distinct tasks in three statements in all: their new states."""
         stamp = self._t(now)
@@ -1412,7 +940,7 @@ class SQLStore:
             **self._claim_params(outcome.claim, now),
             "give_up": 1 if outcome.retry_at is None else 0,
             "retry_at": None if outcome.retry_at is None else self._t(outcome.retry_at),
-            "error": _error_json(outcome.error),
+            "error": error_json(outcome.error),
         }
         row = conn.execute(SQL_FAIL, params).first()
         if row is None:
@@ -1477,27 +1005,3 @@ def _moving(destination: int, state: TaskState | None) -> str:
     """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
     head = f"moving to database {destination} "
     return head if state is None else f"{head}(was {state.value})"
-
-
-def _record(row: Row[Any]) -> TaskRecord:
-    return TaskRecord(
-        id=row.id,
-        seq=row.seq,
-        name=row.name,
-        args=json.loads(row.args),
-        state=TaskState(row.state),
-        due_at=from_db_time(row.due_at),
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        lease_owner=row.lease_owner,
-        lease_expires_at=_opt_time(row.lease_expires_at),
-        fence=row.fence,
-        cancel_requested_at=_opt_time(row.cancel_requested_at),
-        result=None if row.result is None else json.loads(row.result),
-        last_error=_error(row.last_error),
-        idempotency_key=row.idempotency_key,
-        created_at=from_db_time(row.created_at),
-        updated_at=from_db_time(row.updated_at),
-        finished_at=_opt_time(row.finished_at),
-        environment=row.environment,
-    )
