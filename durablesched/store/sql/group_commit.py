@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from durablesched.records import Outcome
+from sqlalchemy import Connection
+
+from durablesched.records import Outcome, OutcomeResult, effective_key
+from durablesched.states import TaskState
 from durablesched.store.sql.codec import dump
+from durablesched.store.sql.outcomes import record_outcome
+from durablesched.store.sql.transactions import Transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +67,47 @@ def plan(outcomes: Sequence[Outcome]) -> Plan:
             steps.append(index)
     close_run()
     return steps
+
+
+def record_outcomes(
+    tx: Transactions,
+    conn: Connection,
+    outcomes: Sequence[Outcome],
+    now: datetime,
+    steps: Plan,
+) -> list[OutcomeResult]:
+    """Outcomes in the order of ``steps`` (the plan made before the transaction began)."""
+    results: list[OutcomeResult] = [None] * len(outcomes)
+    for step in steps:
+        if isinstance(step, int):
+            results[step] = record_outcome(tx, conn, outcomes[step], now)
+            continue
+        for index, state in zip(step.indexes, complete_many(tx, conn, step, now), strict=True):
+            results[index] = state
+    return results
+
+
+def complete_many(
+    tx: Transactions, conn: Connection, run: SuccessRun, now: datetime
+) -> list[TaskState | None]:
+    """Plain successes of distinct tasks in three statements in all (one on PostgreSQL):
+    their new states."""
+    stamp = tx._t(now)
+    # id, attempts, idempotency_key, result
+    rows = {
+        r[0]: r
+        for r in tx._rows(conn, tx.dialect.complete_many, {"batch": run.batch, "now": stamp})
+    }
+    if rows and not tx.dialect.writes_history:
+        done = [rows[task_id] for task_id in run.task_ids if task_id in rows]
+        tx._many(
+            conn,
+            tx.dialect.record_keys,
+            [(effective_key(r[0], r[2]), r[0], stamp, r[3]) for r in done],
+        )
+        tx._many(
+            conn,
+            tx.dialect.insert_events,
+            [(r[0], stamp, "SUCCEEDED", r[1], None) for r in done],
+        )
+    return [TaskState.SUCCEEDED if task_id in rows else None for task_id in run.task_ids]
