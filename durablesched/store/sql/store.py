@@ -8,8 +8,9 @@ write names the claim that made it in its WHERE clause.
 Where things are: transactions and the driver-level path in
 :mod:`.transactions`, submission in :mod:`.submitting`, the claim in
 :mod:`.claiming`, outcomes in :mod:`.outcomes` and :mod:`.group_commit`, expired
-leases in :mod:`.reclaiming`. This class holds the short operations itself and
-hands the rest to those modules.
+leases in :mod:`.reclaiming`, the operator's actions in :mod:`.operator_actions`,
+moving tasks between databases in :mod:`.moving`. This class holds the
+short operations itself and hands the rest to those modules.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from durablesched.errors import InvalidTransitionError, TaskNotFoundError
+from durablesched.errors import TaskNotFoundError
 from durablesched.records import (
     CancelOutcome,
     Claim,
@@ -35,11 +36,11 @@ from durablesched.records import (
     TaskEvent,
     TaskRecord,
 )
-from durablesched.states import TaskState, check_transition
+from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
-from durablesched.store.sql import group_commit, reclaiming
+from durablesched.store.sql import group_commit, moving, operator_actions, reclaiming
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows
-from durablesched.store.sql.codec import dump, error_from_json, error_json, from_db_time, record
+from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema
 from durablesched.store.sql.outcomes import (
@@ -49,35 +50,15 @@ from durablesched.store.sql.outcomes import (
     record_success,
 )
 from durablesched.store.sql.statements import (
-    SQL_ALLOCATE,
     SQL_CANCEL_RUNNING,
     SQL_CANCEL_WAITING,
-    SQL_CONFIRM_MOVE,
-    SQL_COPIED,
-    SQL_COUNT_BY_STATE,
     SQL_CREATED,
-    SQL_EVENT_ID,
-    SQL_FIND_KEY,
     SQL_GET,
-    SQL_HAND_OVER,
     SQL_HISTORY,
-    SQL_IN_TRANSIT,
-    SQL_INSERT_COPY,
-    SQL_INSTANCE,
-    SQL_KEY_HELD_BY_OTHER,
     SQL_LEASES,
-    SQL_LIVE_IDS,
     SQL_NEXT_DUE,
     SQL_NEXT_EXPIRY,
-    SQL_OLDEST_OVERDUE,
-    SQL_OVERDUE_BY_NAME,
-    SQL_PURGE_BATCH,
-    SQL_RECENT_FAILURES,
-    SQL_RECORD_COPY,
     SQL_RELEASE,
-    SQL_REQUEUE,
-    SQL_RUNNING,
-    SQL_STATE,
     SQL_STATE_AND_ENVIRONMENT,
     sql_list_tasks,
 )
@@ -354,221 +335,48 @@ class SQLStore(Transactions):
     def close(self) -> None:
         self._close_transactions()
 
-    # -- operator actions (not part of the Store protocol) ----------------------------------------
+    # -- operator actions (not part of the Store protocol): see operator_actions.py ---------------
 
     def requeue(self, task_id: int, now: datetime) -> None:
-        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
-
-        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
-        if the task is in another state or another task now holds its key.
-        """
-        stamp = self._t(now)
-        with self._write(f"requeueing task {task_id}") as conn:
-            if self.dialect.lock_submissions is not None:
-                conn.execute(self.dialect.lock_submissions)
-            state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
-            if state is None:
-                raise TaskNotFoundError(f"no task with id {task_id}")
-            check_transition(TaskState(state), TaskState.PENDING, operator=True)
-            holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
-            if holder is not None:
-                raise InvalidTransitionError(
-                    f"task {task_id}'s idempotency key is now held by task {holder}"
-                )
-            seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
-            conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
-            self._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
-            self._wake_others(conn)
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget."""
+        operator_actions.requeue(self, task_id, now)
 
     def stats(self, now: datetime) -> dict[str, Any]:
         """Counts per state, the oldest overdue task, running leases, recent failures."""
-        params = {"now": self._t(now), "since": self._t(now - timedelta(hours=1))}
-        with self._read("reading statistics") as conn:
-            counts = {r.state: r.n for r in conn.execute(SQL_COUNT_BY_STATE)}
-            oldest = conn.execute(SQL_OLDEST_OVERDUE, params).first()
-            overdue = conn.execute(SQL_OVERDUE_BY_NAME, params).all()
-            running = conn.execute(SQL_RUNNING).all()
-            failures = conn.execute(SQL_RECENT_FAILURES, params).all()
-        return {
-            "counts": {state.value: counts.get(state.value, 0) for state in TaskState},
-            "oldest_overdue": None
-            if oldest is None
-            else {
-                "id": oldest.id,
-                "name": oldest.name,
-                "due_at": from_db_time(oldest.due_at),
-                "lag_seconds": (now - from_db_time(oldest.due_at)).total_seconds(),
-            },
-            "overdue_by_name": [
-                {"name": r.name, "tasks": r.n, "oldest_due_at": from_db_time(r.oldest)}
-                for r in overdue
-            ],
-            "running": [
-                {
-                    "id": r.id,
-                    "name": r.name,
-                    "attempt": r.attempts,
-                    "lease_owner": r.lease_owner,
-                    "lease_expires_at": from_db_time(r.lease_expires_at),
-                    "cancel_requested": r.cancel_requested_at is not None,
-                }
-                for r in running
-            ],
-            "failures_last_hour": [
-                {
-                    "id": r.id,
-                    "name": r.name,
-                    "attempts": r.attempts,
-                    "finished_at": from_db_time(r.finished_at),
-                    "error": error_from_json(r.last_error),
-                }
-                for r in failures
-            ],
-        }
+        return operator_actions.stats(self, now)
 
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:
-        """Delete finished tasks (with their events and keys) finished before ``before``.
+        """Delete finished tasks finished before ``before``; returns how many."""
+        return operator_actions.purge(self, before, batch=batch)
 
-        Bounded batches, one transaction each, so writers are never blocked
-        for long. Never touches a live task. Returns how many were deleted.
-        """
-        total = 0
-        while True:
-            with self._write("purging finished tasks") as conn:
-                deleted = conn.execute(
-                    SQL_PURGE_BATCH, {"before": self._t(before), "batch": batch}
-                ).rowcount
-            total += deleted
-            if deleted < batch:
-                return total
-
-    # -- copy (not part of the Store protocol) ----------------------------------------------------
+    # -- moving tasks to another database (not part of the Store protocol): see moving.py ---------
 
     def instance(self) -> int:
         """This database's random identity, made by its migrations."""
-        with self._read("reading the database identity") as conn:
-            return int(conn.execute(SQL_INSTANCE).scalar_one())
+        return moving.instance(self)
 
     def hand_over(
         self, destination: int, now: datetime, *, after: int = 0, batch: int = 500
     ) -> list[tuple[TaskRecord, TaskState]]:
-        """Take up to ``batch`` live tasks with ids above ``after`` out of this database.
-
-        Each becomes CANCELLED here, with a history line saying it is moving to
-        ``destination``; returns each as it was (record, state before). Until
-        :meth:`confirm_move`, :meth:`in_transit` finds them again.
-        """
-        with self._write("handing over live tasks") as conn:
-            live = {
-                r.id: r.state for r in conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch})
-            }
-            if not live:
-                return []
-            rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": self._t(now)}).all()
-            moved = sorted(
-                ((record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id
-            )
-            for task, state in moved:
-                self._event(
-                    conn,
-                    task.id,
-                    now,
-                    TaskState.CANCELLED,
-                    task.attempts,
-                    _moving(destination, state),
-                )
-        return moved
+        """Take up to ``batch`` live tasks with ids above ``after`` out of this database."""
+        return moving.hand_over(self, destination, now, after=after, batch=batch)
 
     def in_transit(self, destination: int) -> list[tuple[TaskRecord, TaskState]]:
         """Tasks handed over to ``destination`` whose arrival was never confirmed."""
-        prefix = _moving(destination, None)
-        with self._read("finding tasks in transit") as conn:
-            rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
-        return [(record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+        return moving.in_transit(self, destination)
 
     def confirm_move(
         self, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
     ) -> None:
         """Rewrite each hand-over line to say which task it became there."""
-        with self._write("confirming moved tasks") as conn:
-            for task, state, new_id in moved:
-                event_id = conn.execute(
-                    SQL_EVENT_ID, {"task_id": task.id, "detail": _moving(destination, state)}
-                ).scalar()
-                if event_id is not None:
-                    conn.execute(
-                        SQL_CONFIRM_MOVE,
-                        {
-                            "event_id": event_id,
-                            "detail": f"moved to database {destination} as task {new_id} "
-                            f"(was {state.value})",
-                        },
-                    )
+        moving.confirm_move(self, destination, moved)
 
     def receive(
         self, source: int, moved: Sequence[tuple[TaskRecord, TaskState]], now: datetime
     ) -> list[tuple[int, str]]:
-        """Store tasks handed over by database ``source``, each at most once ever.
-
-        Returns, per task, (its id here, how): "copied", "already" (copied
-        before) or "key" (a task here already holds its idempotency key).
-        """
-        results: list[tuple[int, str]] = []
-        with self._write("receiving copied tasks") as conn:
-            if self.dialect.lock_submissions is not None:
-                conn.execute(self.dialect.lock_submissions)
-            stamp = self._t(now)
-            for task, state in moved:
-                ref = {"source": source, "source_id": task.id}
-                known = conn.execute(SQL_COPIED, ref).scalar()
-                if known is not None:
-                    results.append((int(known), "already"))
-                    continue
-                holder = None
-                if task.idempotency_key is not None:
-                    holder = conn.execute(SQL_FIND_KEY, {"key": task.idempotency_key}).scalar()
-                if holder is not None:
-                    conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
-                    results.append((int(holder), "key"))
-                    continue
-                new_id = int(conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one())
-                conn.execute(
-                    SQL_INSERT_COPY,
-                    {
-                        "id": new_id,
-                        "name": task.name,
-                        "args": dump(task.args),
-                        "state": state.value,
-                        "due_at": self._t(task.due_at),
-                        "attempts": task.attempts,
-                        "max_attempts": task.max_attempts,
-                        "last_error": None
-                        if task.last_error is None
-                        else error_json(task.last_error),
-                        "key": task.idempotency_key,
-                        "created_at": self._t(task.created_at),
-                        "now": stamp,
-                    },
-                )
-                self._event(
-                    conn,
-                    new_id,
-                    now,
-                    state,
-                    task.attempts,
-                    f"copied from database {source} task {task.id}",
-                )
-                conn.execute(SQL_RECORD_COPY, {**ref, "task_id": new_id, "now": stamp})
-                results.append((new_id, "copied"))
-            self._wake_others(conn)
-        return results
+        """Store tasks handed over by database ``source``, each at most once ever."""
+        return moving.receive(self, source, moved, now)
 
 
 def _running_cancel(environment: str | None) -> CancelOutcome:
     return CancelOutcome.ENFORCED if environment == Environment.PROCESS else CancelOutcome.REQUESTED
-
-
-def _moving(destination: int, state: TaskState | None) -> str:
-    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
-    head = f"moving to database {destination} "
-    return head if state is None else f"{head}(was {state.value})"
