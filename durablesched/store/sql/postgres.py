@@ -49,7 +49,7 @@ __all__ = [
     "create_postgres_engine",
 ]
 
-log = logging.getLogger("durablesched.store.sql.postgres")
+log = logging.getLogger("durablesched.postgres")
 
 # -- the statements that are PostgreSQL's own ---------------------------------------------------
 
