@@ -20,6 +20,7 @@ from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
+from .records import QueueStats as QueueStats
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
@@ -28,6 +29,8 @@ from .scheduler import Scheduler as Scheduler
 from .states import TaskState as TaskState
 from .store.memory import MemoryStore as MemoryStore
 from .store.opening import open_store as open_store
+from .store.protocol import DurableStore as DurableStore
+from .store.protocol import Operator as Operator
 from .store.protocol import Store as Store
 from .store.sql.postgres import PostgresStore as PostgresStore
 from .store.sql.sqlite import SQLiteStore as SQLiteStore
@@ -39,14 +42,17 @@ __all__ = [
     "Clock",
     "ConfigurationError",
     "DurableSchedError",
+    "DurableStore",
     "ErrorInfo",
     "InvalidTaskError",
     "InvalidTransitionError",
     "LeaseExpired",
     "ManualClock",
     "MemoryStore",
+    "Operator",
     "PostgresStore",
     "ProcessCrashed",
+    "QueueStats",
     "RetryPolicy",
     "SQLiteStore",
     "Scheduler",

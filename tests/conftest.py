@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import pytest
 
-from durablesched import ManualClock, MemoryStore, Scheduler, Store, TaskRegistry
+from durablesched import (
+    Claim,
+    ErrorInfo,
+    ManualClock,
+    MemoryStore,
+    Scheduler,
+    Store,
+    TaskRegistry,
+    TaskState,
+)
+from durablesched.records import NewTask
+from durablesched.store.protocol import Effect
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
 from durablesched.store.sql.store import SQLStore
@@ -87,7 +99,26 @@ def pg_url() -> Iterator[str]:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+class BackendStore(Store, Protocol):
+    """The Store protocol plus the lone-outcome calls every backend has for tools and
+    tests (the worker records through ``record_and_claim``)."""
+
+    def complete(
+        self,
+        claim: Claim,
+        result: Any,
+        now: datetime,
+        *,
+        children: Sequence[NewTask] = (),
+        effects: Sequence[Effect] = (),
+    ) -> bool: ...
+
+    def fail(
+        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
+    ) -> TaskState | None: ...
+
+
+def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> BackendStore:
     if backend == "memory":
         return MemoryStore(compact_min=8)
     if backend == "sqlite":
@@ -103,7 +134,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BackendStore]:
     s = make_store(backend, tmp_path, request)
     yield s
     pool = s.engine.pool if isinstance(s, SQLStore) else None

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from durablesched.cli.values import durability_of
 
 if TYPE_CHECKING:
-    from durablesched.store.sql.store import SQLStore
+    from durablesched.store.protocol import DurableStore
 
 
-def open_db(args: argparse.Namespace, url: str | None = None) -> SQLStore:
+def open_db(args: argparse.Namespace, url: str | None = None) -> DurableStore:
     """The store at ``url``, or at ``--db``, with ``--durability``."""
     from durablesched.store.opening import open_store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
@@ -15,6 +15,7 @@ from durablesched.cli.values import parse_duration, positive_int
 from durablesched.clock import SystemClock
 
 if TYPE_CHECKING:
+    from durablesched.records import OverdueName, OverdueTask, RecentFailure, RunningTask
     from durablesched.store.move import MoveReport
 
 #: What ``copy`` says before it moves the tasks, until the name goes.
@@ -64,7 +65,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_overdue(oldest: dict[str, Any] | None, by_name: list[dict[str, Any]]) -> None:
+def _print_overdue(oldest: OverdueTask | None, by_name: list[OverdueName]) -> None:
     if oldest is None:
         print("\nno overdue task is waiting")
         return
@@ -76,7 +77,7 @@ def _print_overdue(oldest: dict[str, Any] | None, by_name: list[dict[str, Any]])
     print(table(["overdue name", "tasks", "oldest due_at"], rows))
 
 
-def _print_running(running: list[dict[str, Any]]) -> None:
+def _print_running(running: list[RunningTask]) -> None:
     print(f"\nrunning: {len(running)}")
     if running:
         rows = [
@@ -86,7 +87,7 @@ def _print_running(running: list[dict[str, Any]]) -> None:
         print(table(["id", "name", "attempt", "lease_owner", "lease_expires_at"], rows))
 
 
-def _print_failures(failures: list[dict[str, Any]]) -> None:
+def _print_failures(failures: list[RecentFailure]) -> None:
     print(f"\nfailures in the last hour: {len(failures)}")
     if failures:
         rows = [

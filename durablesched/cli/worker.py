@@ -26,7 +26,7 @@ from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.registry import TaskRegistry
 
 if TYPE_CHECKING:
-    from durablesched.store.sql.store import SQLStore
+    from durablesched.store.protocol import DurableStore
     from durablesched.worker.loop import Worker
 
 #: --log-level names; per-task lines are INFO, so "warning" keeps only trouble.
@@ -102,7 +102,7 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
     )
 
 
-def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[SQLStore, Worker]:
+def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[DurableStore, Worker]:
     """The store the options name, and a worker over it (the caller closes the store)."""
     from durablesched.scheduler import Scheduler
     from durablesched.worker.loop import Worker
@@ -168,7 +168,7 @@ def run_worker(worker: Worker, stop: SignalStop, *, burst: bool) -> int:
     return code
 
 
-def report_stop(store: SQLStore) -> None:
+def report_stop(store: DurableStore) -> None:
     """The stop line: how often the database was busy (a sign of contention)."""
     log.log(
         logging.WARNING if store.busy_retries else logging.INFO,

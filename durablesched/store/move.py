@@ -18,7 +18,7 @@ from datetime import datetime
 from durablesched.errors import ConfigurationError
 from durablesched.records import TaskRecord
 from durablesched.states import TaskState
-from durablesched.store.sql.store import SQLStore
+from durablesched.store.protocol import Operator
 
 
 @dataclass
@@ -40,8 +40,8 @@ class MoveReport:
 
 
 def move_live_tasks(
-    source: SQLStore,
-    destination: SQLStore,
+    source: Operator,
+    destination: Operator,
     now: Callable[[], datetime],
     *,
     batch: int = 500,
@@ -80,8 +80,8 @@ def move_live_tasks(
 
 
 def copy_live_tasks(
-    source: SQLStore,
-    destination: SQLStore,
+    source: Operator,
+    destination: Operator,
     now: Callable[[], datetime],
     *,
     batch: int = 500,

@@ -7,15 +7,15 @@ import os
 from sqlalchemy import Engine
 
 from durablesched.store.durability import Durability
+from durablesched.store.protocol import DurableStore
 from durablesched.store.sql.postgres import PostgresStore, create_postgres_engine
 from durablesched.store.sql.sqlite import SQLiteStore, create_sqlite_engine
-from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.urls import is_postgres_url
 
 
 def open_store(
     db: str | os.PathLike[str], *, durability: Durability = "full", migrate: bool = False
-) -> SQLStore:
+) -> DurableStore:
     """A :class:`PostgresStore` for a ``postgresql://`` URL, else a :class:`SQLiteStore`."""
     if is_postgres_url(db):
         return PostgresStore(str(db), durability=durability, migrate=migrate)

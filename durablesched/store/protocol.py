@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from durablesched.records import (
     CancelOutcome,
     Claim,
-    ErrorInfo,
     LeaseStatus,
     NewTask,
     Outcome,
     OutcomeResult,
+    QueueStats,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -65,7 +65,11 @@ class ChangeWatcher(Protocol):
 
 
 class Store(Protocol):
-    """Durable (or not) home of tasks. Implementations must be thread-safe."""
+    """Durable (or not) home of tasks, as the scheduler and the worker use it.
+
+    Implementations must be thread-safe. Every method here is called by the
+    library; what operators and tools need besides is :class:`Operator`.
+    """
 
     def submit(
         self, tasks: Sequence[NewTask], now: datetime, *, connection: Connection | None = None
@@ -132,34 +136,6 @@ class Store(Protocol):
         """
         ...
 
-    def complete(
-        self,
-        claim: Claim,
-        result: Any,
-        now: datetime,
-        *,
-        children: Sequence[NewTask] = (),
-        effects: Sequence[Effect] = (),
-    ) -> bool:
-        """Record SUCCEEDED with ``result``, the children and the effects, atomically.
-
-        Also records the task's idempotency key with its result. False (and
-        nothing written, effects included) if the claim is not valid. An
-        effect that raises undoes everything and the exception propagates.
-        """
-        ...
-
-    def fail(
-        self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
-    ) -> TaskState | None:
-        """Record a failed attempt: RETRY_WAIT due at ``retry_at``, or FAILED.
-
-        FAILED when ``retry_at`` is None or cancellation was requested (a
-        requested cancellation is never retried). Returns the new state, or
-        None if the claim is not valid.
-        """
-        ...
-
     def record_and_claim(
         self,
         outcomes: Sequence[Outcome],
@@ -173,8 +149,12 @@ class Store(Protocol):
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 
-        Each outcome is recorded exactly as :meth:`complete`, :meth:`fail` or
-        :meth:`acknowledge_cancel` would, and answers with the task's new state,
+        A success becomes SUCCEEDED with its result, children and effects, and
+        records the task's idempotency key with the result; a failure becomes
+        RETRY_WAIT due at its ``retry_at``, or FAILED when that is None or a
+        cancellation was requested (a requested cancellation is never retried);
+        a cancellation is recorded as :meth:`acknowledge_cancel` would. Each
+        answers with the task's new state,
         None if its claim was no longer valid, or the exception its effects
         (or a cancellation nobody requested) raised, in which case nothing of
         that outcome was written. Outcomes are recorded in task id order (the
@@ -240,3 +220,66 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and files. The store is unusable afterwards."""
         ...
+
+
+class Operator(Protocol):
+    """What the CLI and operators' tools need of a durable store besides :class:`Store`.
+
+    Implemented by the SQL backends; the in-memory backend has no operator.
+    """
+
+    #: Transactions that found the database busy and were retried (a sign of contention).
+    busy_retries: int
+
+    def requeue(self, task_id: int, now: datetime) -> None:
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        for a task in any other state.
+        """
+        ...
+
+    def stats(self, now: datetime) -> QueueStats:
+        """Counts per state, the oldest overdue task, running leases, recent failures."""
+        ...
+
+    def purge(self, before: datetime, *, batch: int = 10_000) -> int:
+        """Delete finished tasks finished before ``before``, ``batch`` at a time; returns
+        how many. Live tasks are never deleted."""
+        ...
+
+    # -- moving live tasks to another database: durablesched.store.move drives these --
+
+    def instance(self) -> int:
+        """This database's random identity, made by its migrations."""
+        ...
+
+    def hand_over(
+        self, destination: int, now: datetime, *, after: int = 0, batch: int = 500
+    ) -> list[tuple[TaskRecord, TaskState]]:
+        """Take up to ``batch`` live tasks with ids above ``after`` out of this database:
+        each becomes CANCELLED here with a history line naming ``destination``, and
+        comes back with the state it had."""
+        ...
+
+    def in_transit(self, destination: int) -> list[tuple[TaskRecord, TaskState]]:
+        """Tasks handed over to ``destination`` whose arrival was never confirmed."""
+        ...
+
+    def confirm_move(
+        self, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
+    ) -> None:
+        """Rewrite each hand-over line to say which task it became there."""
+        ...
+
+    def receive(
+        self, source: int, moved: Sequence[tuple[TaskRecord, TaskState]], now: datetime
+    ) -> list[tuple[int, str]]:
+        """Store tasks handed over by database ``source``, each at most once ever; for
+        each, its id here and how it arrived: "copied", "already" (by an earlier run cut
+        short) or "key" (a task holding its idempotency key was there)."""
+        ...
+
+
+class DurableStore(Store, Operator, Protocol):
+    """A database-backed store, as :func:`durablesched.open_store` opens one."""

@@ -11,13 +11,12 @@ from durablesched import (
     ErrorInfo,
     InvalidTransitionError,
     ManualClock,
-    Store,
     TaskNotFoundError,
     TaskState,
 )
 from durablesched.records import NewTask
 
-from ..conftest import T0, at
+from ..conftest import T0, BackendStore, at
 
 LEASE = timedelta(seconds=30)
 ERR = ErrorInfo("builtins.RuntimeError", "boom", "Traceback ...")
@@ -31,13 +30,13 @@ def no_delay(name: str, attempt: int) -> timedelta:
     return timedelta(seconds=5)
 
 
-def test_claim_order_is_due_time_then_submission(store: Store) -> None:
+def test_claim_order_is_due_time_then_submission(store: BackendStore) -> None:
     ids = [s.task_id for s in store.submit([new("late", 12), new("a", 11), new("b", 11)], T0)]
     claims = store.claim("w", 10, at(20), LEASE)
     assert [c.task_id for c in claims] == [ids[1], ids[2], ids[0]]
 
 
-def test_equal_due_times_run_in_submission_order(store: Store) -> None:
+def test_equal_due_times_run_in_submission_order(store: BackendStore) -> None:
     ids = [s.task_id for s in store.submit([new(f"t{i}", 12) for i in range(20)], T0)]
     got: list[int] = []
     while claims := store.claim("w", 3, at(12), LEASE):
@@ -45,13 +44,13 @@ def test_equal_due_times_run_in_submission_order(store: Store) -> None:
     assert got == ids
 
 
-def test_nothing_is_claimed_before_its_due_time(store: Store) -> None:
+def test_nothing_is_claimed_before_its_due_time(store: BackendStore) -> None:
     (s,) = store.submit([new("t", 12)], T0)
     assert store.claim("w", 1, at(11.999), LEASE) == []
     assert [c.task_id for c in store.claim("w", 1, at(12), LEASE)] == [s.task_id]
 
 
-def test_claim_sets_running_with_lease_and_new_fence(store: Store) -> None:
+def test_claim_sets_running_with_lease_and_new_fence(store: BackendStore) -> None:
     (s,) = store.submit([new("t", 10)], T0)
     (claim,) = store.claim("w1", 5, at(10), LEASE)
     task = store.get(s.task_id)
@@ -62,7 +61,7 @@ def test_claim_sets_running_with_lease_and_new_fence(store: Store) -> None:
     assert claim.args == {"n": "t"}
 
 
-def test_claim_respects_limit_and_names(store: Store) -> None:
+def test_claim_respects_limit_and_names(store: BackendStore) -> None:
     store.submit([new("a", 10), new("b", 10), new("a", 10), new("a", 10)], T0)
     claims = store.claim("w", 2, at(10), LEASE, names={"a"})
     assert [c.name for c in claims] == ["a", "a"]
@@ -70,7 +69,7 @@ def test_claim_respects_limit_and_names(store: Store) -> None:
     assert [c.name for c in store.claim("w", 5, at(10), LEASE)] == ["b"]
 
 
-def test_complete_records_result_and_history(store: Store) -> None:
+def test_complete_records_result_and_history(store: BackendStore) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     assert store.complete(claim, {"ok": [1, 2]}, at(11))
@@ -88,7 +87,7 @@ def test_complete_records_result_and_history(store: Store) -> None:
     ]
 
 
-def test_outcome_with_a_stale_claim_changes_nothing(store: Store) -> None:
+def test_outcome_with_a_stale_claim_changes_nothing(store: BackendStore) -> None:
     (s,) = store.submit([new("t", attempts=3)], T0)
     (old,) = store.claim("w1", 1, at(10), LEASE)
     reclaimed = store.reclaim_expired(at(10) + LEASE, no_delay)
@@ -110,13 +109,13 @@ def test_outcome_with_a_stale_claim_changes_nothing(store: Store) -> None:
     assert task is not None and task.result == "real"
 
 
-def test_an_expired_lease_is_not_valid_even_before_reclaim(store: Store) -> None:
+def test_an_expired_lease_is_not_valid_even_before_reclaim(store: BackendStore) -> None:
     store.submit([new("t")], T0)
     (claim,) = store.claim("w1", 1, at(10), LEASE)
     assert store.complete(claim, None, at(10) + LEASE) is False
 
 
-def test_heartbeat_extends_valid_leases_in_one_call(store: Store) -> None:
+def test_heartbeat_extends_valid_leases_in_one_call(store: BackendStore) -> None:
     store.submit([new("a"), new("b")], T0)
     claims = store.claim("w", 2, at(10), LEASE)
     renewed = store.heartbeat("w", claims, at(25), LEASE)
@@ -128,13 +127,13 @@ def test_heartbeat_extends_valid_leases_in_one_call(store: Store) -> None:
     assert all(store.complete(c, None, at(41)) for c in claims)
 
 
-def test_heartbeat_of_another_owner_is_refused(store: Store) -> None:
+def test_heartbeat_of_another_owner_is_refused(store: BackendStore) -> None:
     store.submit([new("a")], T0)
     claims = store.claim("w", 1, at(10), LEASE)
     assert store.heartbeat("intruder", claims, at(11), LEASE) == []
 
 
-def test_check_leases_answers_like_a_heartbeat_without_renewing(store: Store) -> None:
+def test_check_leases_answers_like_a_heartbeat_without_renewing(store: BackendStore) -> None:
     a, b, c = store.submit([new("a"), new("b"), new("c")], T0)
     claims = store.claim("w", 3, at(10), LEASE)
     by_id = {claim.task_id: claim for claim in claims}
@@ -157,7 +156,7 @@ def test_check_leases_answers_like_a_heartbeat_without_renewing(store: Store) ->
     assert [s.fence for s in store.check_leases("w", [again], at(101))] == [2]
 
 
-def test_explicit_failure_schedules_a_later_retry(store: Store) -> None:
+def test_explicit_failure_schedules_a_later_retry(store: BackendStore) -> None:
     (s,) = store.submit([new("t", attempts=3)], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     assert store.fail(claim, ERR, at(15), at(11)) is TaskState.RETRY_WAIT
@@ -169,7 +168,7 @@ def test_explicit_failure_schedules_a_later_retry(store: Store) -> None:
     assert (again.attempt, again.fence) == (2, 2)
 
 
-def test_failure_without_retry_is_final_and_keeps_the_error(store: Store) -> None:
+def test_failure_without_retry_is_final_and_keeps_the_error(store: BackendStore) -> None:
     (s,) = store.submit([new("t", attempts=1)], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     assert store.fail(claim, ERR, None, at(11)) is TaskState.FAILED
@@ -178,7 +177,7 @@ def test_failure_without_retry_is_final_and_keeps_the_error(store: Store) -> Non
     assert (task.state, task.last_error, task.finished_at) == (TaskState.FAILED, ERR, at(11))
 
 
-def test_cancel_pending_task_never_starts(store: Store) -> None:
+def test_cancel_pending_task_never_starts(store: BackendStore) -> None:
     (a, b) = store.submit([new("a", 12), new("b", 12)], T0)
     assert store.request_cancel(a.task_id, at(11)) is CancelOutcome.CANCELLED
     claims = store.claim("w", 5, at(20), LEASE)
@@ -187,7 +186,7 @@ def test_cancel_pending_task_never_starts(store: Store) -> None:
     assert task is not None and task.state is TaskState.CANCELLED
 
 
-def test_cancel_retry_wait_task(store: Store) -> None:
+def test_cancel_retry_wait_task(store: BackendStore) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     store.fail(claim, ERR, at(12), at(11))
@@ -195,7 +194,7 @@ def test_cancel_retry_wait_task(store: Store) -> None:
     assert store.claim("w", 1, at(13), LEASE) == []
 
 
-def test_cancel_running_is_a_request_then_acknowledged(store: Store) -> None:
+def test_cancel_running_is_a_request_then_acknowledged(store: BackendStore) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     assert store.request_cancel(s.task_id, at(11)) is CancelOutcome.REQUESTED
@@ -207,21 +206,21 @@ def test_cancel_running_is_a_request_then_acknowledged(store: Store) -> None:
     assert store.request_cancel(s.task_id, at(14)) is CancelOutcome.TOO_LATE
 
 
-def test_acknowledging_an_unrequested_cancellation_is_refused(store: Store) -> None:
+def test_acknowledging_an_unrequested_cancellation_is_refused(store: BackendStore) -> None:
     store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     with pytest.raises(InvalidTransitionError):
         store.acknowledge_cancel(claim, at(11))
 
 
-def test_requested_cancellation_is_never_retried(store: Store) -> None:
+def test_requested_cancellation_is_never_retried(store: BackendStore) -> None:
     (s,) = store.submit([new("t", attempts=5)], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     store.request_cancel(s.task_id, at(11))
     assert store.fail(claim, ERR, at(20), at(12)) is TaskState.FAILED
 
 
-def test_cancelled_running_task_that_finishes_anyway_succeeds(store: Store) -> None:
+def test_cancelled_running_task_that_finishes_anyway_succeeds(store: BackendStore) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     store.request_cancel(s.task_id, at(11))
@@ -230,12 +229,12 @@ def test_cancelled_running_task_that_finishes_anyway_succeeds(store: Store) -> N
     assert task is not None and task.state is TaskState.SUCCEEDED
 
 
-def test_cancel_unknown_id_raises(store: Store) -> None:
+def test_cancel_unknown_id_raises(store: BackendStore) -> None:
     with pytest.raises(TaskNotFoundError):
         store.request_cancel(12345, T0)
 
 
-def test_reclaim_exhausted_fails_and_requested_cancels(store: Store) -> None:
+def test_reclaim_exhausted_fails_and_requested_cancels(store: BackendStore) -> None:
     (last, cancelled) = store.submit([new("a", attempts=1), new("b", attempts=5)], T0)
     store.claim("w", 2, at(10), LEASE)
     store.request_cancel(cancelled.task_id, at(11))
@@ -246,7 +245,7 @@ def test_reclaim_exhausted_fails_and_requested_cancels(store: Store) -> None:
     assert "lease" in task.last_error.message and task.attempts == 1
 
 
-def test_reclaim_counts_the_lost_attempt_and_waits_for_the_delay(store: Store) -> None:
+def test_reclaim_counts_the_lost_attempt_and_waits_for_the_delay(store: BackendStore) -> None:
     (s,) = store.submit([new("t", attempts=3)], T0)
     store.claim("w", 1, at(10), LEASE)
     store.reclaim_expired(at(40), no_delay)
@@ -256,7 +255,7 @@ def test_reclaim_counts_the_lost_attempt_and_waits_for_the_delay(store: Store) -
     assert store.reclaim_expired(at(40), no_delay) == []
 
 
-def test_reclaim_never_overwrites_a_completion(store: Store) -> None:
+def test_reclaim_never_overwrites_a_completion(store: BackendStore) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     assert store.complete(claim, "done", at(39))
@@ -265,7 +264,7 @@ def test_reclaim_never_overwrites_a_completion(store: Store) -> None:
     assert task is not None and task.state is TaskState.SUCCEEDED
 
 
-def test_next_wakeup_is_next_due_time_or_lease_expiry(store: Store) -> None:
+def test_next_wakeup_is_next_due_time_or_lease_expiry(store: BackendStore) -> None:
     assert store.next_wakeup(T0) is None
     store.submit([new("a", 12), new("b", 20)], T0)
     assert store.next_wakeup(at(10)) == at(12)
@@ -274,7 +273,7 @@ def test_next_wakeup_is_next_due_time_or_lease_expiry(store: Store) -> None:
     assert store.next_wakeup(at(20)) == at(12) + LEASE
 
 
-def test_idempotent_submit_returns_the_live_task(store: Store) -> None:
+def test_idempotent_submit_returns_the_live_task(store: BackendStore) -> None:
     (first,) = store.submit([new("t", key="k1")], T0)
     (second,) = store.submit([new("t", key="k1")], T0)
     assert first.created and not second.created
@@ -282,7 +281,7 @@ def test_idempotent_submit_returns_the_live_task(store: Store) -> None:
     assert len(store.list_tasks()) == 1
 
 
-def test_key_is_freed_by_failure_but_held_by_success(store: Store) -> None:
+def test_key_is_freed_by_failure_but_held_by_success(store: BackendStore) -> None:
     (a,) = store.submit([new("t", key="k", attempts=1)], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     store.fail(claim, ERR, None, at(11))
@@ -294,7 +293,7 @@ def test_key_is_freed_by_failure_but_held_by_success(store: Store) -> None:
     assert (c.task_id, c.created) == (b.task_id, False)
 
 
-def test_list_tasks_filters(store: Store) -> None:
+def test_list_tasks_filters(store: BackendStore) -> None:
     store.submit([new("a", 11), new("b", 12), new("a", 13)], T0)
     store.claim("w", 1, at(11), LEASE)
     assert [t.name for t in store.list_tasks(state=TaskState.PENDING)] == ["b", "a"]
@@ -302,7 +301,7 @@ def test_list_tasks_filters(store: Store) -> None:
     assert len(store.list_tasks(limit=1)) == 1
 
 
-def test_illegal_transition_is_refused_loudly(store: Store, clock: ManualClock) -> None:
+def test_illegal_transition_is_refused_loudly(store: BackendStore, clock: ManualClock) -> None:
     (s,) = store.submit([new("t")], T0)
     (claim,) = store.claim("w", 1, at(10), LEASE)
     store.complete(claim, None, at(11))

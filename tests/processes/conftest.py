@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from durablesched import Scheduler
 from durablesched.store.opening import open_store
+from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.urls import is_postgres_url
 
 from .app import registry
@@ -120,6 +121,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         else str(tmp_path / "jobs.db")
     )
     store = open_store(url)
+    assert isinstance(store, SQLStore)
     with store.engine.begin() as conn:
         conn.execute(
             text("CREATE TABLE ledger (task_id INTEGER PRIMARY KEY, attempt INTEGER, pid INTEGER)")

@@ -7,9 +7,9 @@ offers each as a method of the same name.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
+from durablesched.records import QueueStats
 from durablesched.states import TaskState, check_transition
 from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
@@ -52,7 +52,7 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
         tx._wake_others(conn)
 
 
-def stats(tx: Transactions, now: datetime) -> dict[str, Any]:
+def stats(tx: Transactions, now: datetime) -> QueueStats:
     """Counts per state, the oldest overdue task, running leases, recent failures."""
     params = {"now": tx._t(now), "since": tx._t(now - timedelta(hours=1))}
     with tx._read("reading statistics") as conn:

@@ -31,6 +31,7 @@ from durablesched.records import (
     NewTask,
     Outcome,
     OutcomeResult,
+    QueueStats,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -213,6 +214,13 @@ class SQLStore(Transactions):
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
     ) -> bool:
+        """Record SUCCEEDED with ``result``, the children and the effects, atomically,
+        with the task's idempotency key: one outcome outside a group commit.
+
+        Not on the :class:`Store` protocol (the worker records through
+        ``record_and_claim``); for tools and tests. False (nothing written) if the
+        claim is not valid; an effect that raises undoes everything and propagates.
+        """
         outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
         with self._write(f"recording the success of task {claim.task_id}") as conn:
             return record_success(self, conn, outcome, now) is not None
@@ -220,6 +228,9 @@ class SQLStore(Transactions):
     def fail(
         self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
     ) -> TaskState | None:
+        """Record a failed attempt, RETRY_WAIT due at ``retry_at`` or FAILED (None, or a
+        requested cancellation): one outcome outside a group commit, for tools and
+        tests. Returns the new state, or None if the claim is not valid."""
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
             return record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
 
@@ -341,7 +352,7 @@ class SQLStore(Transactions):
         """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget."""
         operator_actions.requeue(self, task_id, now)
 
-    def stats(self, now: datetime) -> dict[str, Any]:
+    def stats(self, now: datetime) -> QueueStats:
         """Counts per state, the oldest overdue task, running leases, recent failures."""
         return operator_actions.stats(self, now)
 
