@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durablesched.clock import positive_duration
-from durablesched.context import TaskContext
+from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import (
     ConfigurationError,
     DurableSchedError,
@@ -53,6 +53,8 @@ EARLY_HEARTBEAT = 0.25
 class _Running:
     claim: Claim
     context: TaskContext
+    #: What the worker tells the attempt (cancel, lost lease); its context reads them.
+    signals: AttemptSignals
     started: float = field(default_factory=time.monotonic)
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
@@ -287,16 +289,16 @@ class Worker:
             if status is None:
                 if running.ended:
                     continue  # recorded by a group commit while this heartbeat ran
-                if not running.context.lease_lost:
+                if not running.signals.lease_lost:
                     log.warning(
                         "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
                         task_id,
                         running.claim.name,
                         running.claim.attempt,
                     )
-                running.context._mark_lease_lost()
+                running.signals.mark_lease_lost()
             elif status.cancel_requested:
-                running.context._request_cancel()
+                running.signals.request_cancel()
 
     def reclaim(self, now: datetime | None = None) -> int:
         """Finalise tasks whose leases expired, in any worker. Returns how many."""
@@ -398,7 +400,7 @@ class Worker:
         if unfinished:
             released = self.scheduler.store.release(unfinished, self.scheduler.clock.now())
             for running in list(self._active.values()):
-                running.context._mark_lease_lost()
+                running.signals.mark_lease_lost()
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
@@ -501,7 +503,7 @@ class Worker:
             with self._lock:
                 running = self._active.get(task_id)
             if running is not None:
-                running.context._request_cancel()
+                running.signals.request_cancel()
         self._wakeup.set()
 
     def _running_anywhere(self) -> bool:
@@ -531,12 +533,13 @@ class Worker:
     def _register_all(self, claims: list[Claim]) -> list[_Running]:
         started = []
         for claim in claims:
-            ctx = TaskContext(claim, self.scheduler)
+            signals = AttemptSignals()
+            ctx = TaskContext(claim, self.scheduler, signals)
             definition = self.registry.get(claim.name)
             ctx.environment = self._environment_of(definition)
             if definition.timeout is not None:
                 ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-            started.append(_Running(claim, ctx))
+            started.append(_Running(claim, ctx, signals))
         with self._changed:
             if not self._active:
                 # Hear this process's cancel requests while we hold tasks.
@@ -563,7 +566,7 @@ class Worker:
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         try:
-            outcome = self._run(claim, running.context)
+            outcome = self._run(claim, running.context, running.signals)
         except BaseException:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
@@ -579,15 +582,17 @@ class Worker:
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self._drain()
 
-    def _run(self, claim: Claim, ctx: TaskContext) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends
+    def _run(  # noqa: PLR0911 - a return per way it ends
+        self, claim: Claim, ctx: TaskContext, signals: AttemptSignals
+    ) -> Outcome | None:
         """One attempt, where its task says; None if it was already recorded (enforced)."""
         started = time.monotonic()
         try:
             definition = self.registry.get(claim.name)
             if ctx.environment == Environment.PROCESS:
-                return self._run_in_process(definition, claim, ctx)
+                return self._run_in_process(definition, claim, ctx, signals)
             if definition.is_async:
-                value: Any = self._run_async(definition, claim, ctx)
+                value: Any = self._run_async(definition, claim, ctx, signals)
             elif definition.pass_context:
                 value = definition.fn(ctx, **claim.args)
             else:
@@ -611,7 +616,7 @@ class Worker:
         )
 
     def _run_in_process(
-        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
     ) -> Outcome | None:
         started = time.monotonic()
         detail = f"terminated after {self.cancel_grace:g}s grace: cancellation enforced"
@@ -638,6 +643,7 @@ class Worker:
             deadline=ctx.deadline,
             cancel_grace=self.cancel_grace,
             on_enforce=enforce,
+            signals=signals,
         )
         if ended.how == "terminated":
             log.info(
@@ -656,14 +662,16 @@ class Worker:
             return self._failure_info(claim, ended.error)
         return Outcome(claim, result=ended.result, children=ended.children)
 
-    def _run_async(self, definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
+    def _run_async(
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
+    ) -> Any:
         """An ``async def`` task on the worker's event loop; cancel arrives at its next await."""
         loop = self._event_loop()
 
         async def call() -> Any:
             task = asyncio.current_task()
             assert task is not None
-            ctx._on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
             if definition.pass_context:
                 awaitable = definition.fn(ctx, **claim.args)
             else:
