@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import queue
 import random
 import socket
 import threading
@@ -41,6 +40,7 @@ from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher
 from durablesched.submission import canonical_json
 from durablesched.worker.environments import run_in_child
+from durablesched.worker.threads import TaskThreads
 
 log = logging.getLogger("durablesched.worker.loop")
 
@@ -59,55 +59,6 @@ class _Running:
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
     ended: bool = False
-
-
-class _TaskThreads:
-    """Up to ``size`` threads running what is handed to them, started as needed.
-
-    Leaner than ThreadPoolExecutor, whose Future (a Condition each) costs more
-    than a no-op task. The threads are daemons: a task still running when the
-    interpreter exits is abandoned, and its lease lapses to be reclaimed.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._queue: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        #: Handed over and not yet finished.
-        self._outstanding = 0
-
-    def submit(self, run: Callable[[_Running], None], running: _Running) -> None:
-        with self._lock:
-            self._outstanding += 1
-            if self._outstanding > len(self._threads) and len(self._threads) < self._size:
-                thread = threading.Thread(
-                    target=self._loop,
-                    args=(run,),
-                    name=f"durablesched-task_{len(self._threads)}",
-                    daemon=True,
-                )
-                self._threads.append(thread)
-                thread.start()
-        self._queue.put(running)
-
-    def _loop(self, run: Callable[[_Running], None]) -> None:
-        while (running := self._queue.get()) is not None:
-            try:
-                run(running)
-            except BaseException:  # noqa: S110 - logged where it was raised; the thread goes on
-                pass
-            finally:
-                with self._lock:
-                    self._outstanding -= 1
-
-    def shutdown(self, wait: bool) -> None:
-        """Let the threads go once what was handed over has run; ``wait`` for them."""
-        for _ in self._threads:
-            self._queue.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
 
 
 class Worker:
@@ -184,7 +135,7 @@ class Worker:
         #: Expired leases are looked for at most this often by run_once().
         self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
         self._next_reclaim: datetime | None = None
-        self._pool: _TaskThreads | None = None
+        self._pool: TaskThreads[_Running] | None = None
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
@@ -331,7 +282,7 @@ class Worker:
             self._watcher = watcher
             watcher.start(self._on_change)
         if self._pool is None:
-            self._pool = _TaskThreads(self.concurrency)
+            self._pool = TaskThreads(self.concurrency)
         self._looping = True
         failures = 0
         try:
@@ -557,7 +508,7 @@ class Worker:
         started = self._register_all(claims)
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
-            self._pool = _TaskThreads(self.concurrency)
+            self._pool = TaskThreads(self.concurrency)
         for running in started:
             self._pool.submit(self._execute, running)
 
