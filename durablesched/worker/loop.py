@@ -17,8 +17,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +38,7 @@ from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher
 from durablesched.submission import canonical_json
 from durablesched.worker.environments import run_in_child
+from durablesched.worker.slots import Running, Slots
 from durablesched.worker.threads import TaskThreads
 
 log = logging.getLogger("durablesched.worker.loop")
@@ -47,18 +46,6 @@ log = logging.getLogger("durablesched.worker.loop")
 #: Seconds between heartbeats sent early because another process committed:
 #: how soon a cancel requested elsewhere reaches a running task, at most.
 EARLY_HEARTBEAT = 0.25
-
-
-@dataclass(slots=True)
-class _Running:
-    claim: Claim
-    context: TaskContext
-    #: What the worker tells the attempt (cancel, lost lease); its context reads them.
-    signals: AttemptSignals
-    started: float = field(default_factory=time.monotonic)
-    #: Its outcome was handed over for recording (or its cancel enforced): a
-    #: heartbeat that no longer finds its claim is then no sign of a lost lease.
-    ended: bool = False
 
 
 class Worker:
@@ -126,20 +113,20 @@ class Worker:
         self._loop_lock = threading.Lock()
         #: (registry names, those that run in a process), recomputed if the names change.
         self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._active: dict[int, _Running] = {}
+        self._slots = Slots(lambda: self.scheduler.subscribe(self._on_event))
+        self._lock = self._slots.lock
+        self._changed = self._slots.changed
+        self._active = self._slots.active
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._next_heartbeat: datetime | None = None
         #: Expired leases are looked for at most this often by run_once().
         self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
         self._next_reclaim: datetime | None = None
-        self._pool: TaskThreads[_Running] | None = None
+        self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
-        self._unsubscribe: Callable[[], None] | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
-        self._pending: list[tuple[_Running, Outcome]] = []
+        self._pending: list[tuple[Running, Outcome]] = []
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self._looping = False
@@ -218,21 +205,19 @@ class Worker:
         if not force and self._next_heartbeat is not None and now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.heartbeat_interval
-        with self._lock:
-            held = {task_id: r for task_id, r in self._active.items()}
+        held = self._slots.held()
         if held:
             claims = [r.claim for r in held.values()]
             self._take(held, self.scheduler.store.heartbeat(self.owner, claims, now, self.lease))
 
     def _check_leases(self, now: datetime) -> None:
         """What a heartbeat would tell, read without renewing: lost leases, cancel requests."""
-        with self._lock:
-            held = {task_id: r for task_id, r in self._active.items()}
+        held = self._slots.held()
         if held:
             claims = [r.claim for r in held.values()]
             self._take(held, self.scheduler.store.check_leases(self.owner, claims, now))
 
-    def _take(self, held: dict[int, _Running], statuses: list[LeaseStatus]) -> None:
+    def _take(self, held: dict[int, Running], statuses: list[LeaseStatus]) -> None:
         """Act on a heartbeat's (or a lease check's) answer for the tasks held when it began."""
         renewed = {s.task_id: s for s in statuses}
         for task_id, running in held.items():
@@ -424,35 +409,21 @@ class Worker:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no task is running here (True) or ``timeout`` seconds pass (False)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while self._active:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
-                    return not self._active
-            return True
+        return self._slots.wait_idle(timeout)
 
     def wait_running(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` tasks run here (True) or ``timeout`` seconds pass."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self._active) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
-                    return len(self._active) >= count
-            return True
+        return self._slots.wait_running(count, timeout)
 
     @property
     def active_count(self) -> int:
-        with self._lock:
-            return len(self._active)
+        return self._slots.count()
 
     # -- internals --------------------------------------------------------------------------
 
     def _on_event(self, event: str, task_id: int) -> None:
         if event == "cancel":
-            with self._lock:
-                running = self._active.get(task_id)
+            running = self._slots.get(task_id)
             if running is not None:
                 running.signals.request_cancel()
         self._wakeup.set()
@@ -478,10 +449,10 @@ class Worker:
             times.append(self._next_reclaim)
         return min(times, default=None)
 
-    def _register(self, claim: Claim) -> _Running:
+    def _register(self, claim: Claim) -> Running:
         return self._register_all([claim])[0]
 
-    def _register_all(self, claims: list[Claim]) -> list[_Running]:
+    def _register_all(self, claims: list[Claim]) -> list[Running]:
         started = []
         for claim in claims:
             signals = AttemptSignals()
@@ -490,14 +461,8 @@ class Worker:
             ctx.environment = self._environment_of(definition)
             if definition.timeout is not None:
                 ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-            started.append(_Running(claim, ctx, signals))
-        with self._changed:
-            if not self._active:
-                # Hear this process's cancel requests while we hold tasks.
-                self._unsubscribe = self.scheduler.subscribe(self._on_event)
-            for running in started:
-                self._active[running.claim.task_id] = running
-            self._changed.notify_all()
+            started.append(Running(claim, ctx, signals))
+        self._slots.add(started)
         if self._next_heartbeat is None:
             self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
         return started
@@ -512,7 +477,7 @@ class Worker:
         for running in started:
             self._pool.submit(self._execute, running)
 
-    def _execute(self, running: _Running) -> None:
+    def _execute(self, running: Running) -> None:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
@@ -575,8 +540,7 @@ class Worker:
         def enforce() -> None:
             # Invalidate the claim before the child dies: whatever it was about to
             # report can no longer count.
-            with self._lock:
-                running = self._active.get(claim.task_id)
+            running = self._slots.get(claim.task_id)
             if running is not None:
                 running.ended = True
             try:
@@ -692,7 +656,7 @@ class Worker:
             if not recorded:
                 return
 
-    def _gather(self) -> list[tuple[_Running, Outcome]]:
+    def _gather(self) -> list[tuple[Running, Outcome]]:
         """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
         still running here, so that short tasks share one commit (and one fsync)."""
         deadline = time.monotonic() + self.commit_delay
@@ -705,7 +669,7 @@ class Worker:
             batch, self._pending = self._pending, []
         return batch
 
-    def _flush(self, batch: list[tuple[_Running, Outcome]]) -> bool:
+    def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
         limit = 0
         if self._looping and not self._stopping.is_set():
@@ -727,8 +691,8 @@ class Worker:
             with self._lock:
                 self._pending[:0] = batch
             return False
-        finished: list[_Running] = []
-        again: list[tuple[_Running, Outcome]] = []
+        finished: list[Running] = []
+        again: list[tuple[Running, Outcome]] = []
         for (running, outcome), result in zip(batch, results, strict=True):
             if isinstance(result, Exception):
                 # Its effects raised (or it acknowledged an unrequested cancellation):
@@ -745,19 +709,13 @@ class Worker:
         self._nudge_if_free()  # only now: the slots may be full again
         return True
 
-    def _forget(self, done: list[_Running], *, nudge: bool = True) -> None:
-        with self._changed:
-            for running in done:
-                self._active.pop(running.claim.task_id, None)
-            if not self._active and self._unsubscribe is not None:
-                self._unsubscribe()
-                self._unsubscribe = None
-            self._changed.notify_all()
+    def _forget(self, done: list[Running], *, nudge: bool = True) -> None:
+        self._slots.remove(done)
         self._wakeup.set()
         if nudge:
             self._nudge_if_free()
 
-    def _log_outcome(self, running: _Running, outcome: Outcome, state: TaskState | None) -> None:
+    def _log_outcome(self, running: Running, outcome: Outcome, state: TaskState | None) -> None:
         if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):
             return  # the common case, at --log-level warning: nothing to work out
         claim = running.claim
