@@ -8,8 +8,6 @@ claim that started the attempt.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import os
 import random
@@ -18,26 +16,21 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
 
 from durablesched.clock import positive_duration
-from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import (
     ConfigurationError,
     DurableSchedError,
     SchemaError,
     StoreError,
-    TaskCancelled,
-    TaskTimeout,
 )
-from durablesched.records import Claim, Environment, ErrorInfo, LeaseStatus, Outcome
+from durablesched.records import Claim, Environment, LeaseStatus, Outcome
 from durablesched.records import environment as parse_environment
-from durablesched.registry import TaskDefinition, TaskRegistry
+from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher
-from durablesched.submission import canonical_json
-from durablesched.worker.environments import run_in_child
+from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.slots import Running, Slots
 from durablesched.worker.threads import TaskThreads
 
@@ -91,7 +84,6 @@ class Worker:
         if self.heartbeat_interval >= self.lease:
             raise ConfigurationError("heartbeat_interval must be shorter than the lease")
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._rng = rng or random.Random()
         #: How often an idle worker looks for commits by other processes (seconds),
         #: where inotify cannot tell it at once.
         self.poll_interval = poll_interval
@@ -109,11 +101,15 @@ class Worker:
         if cancel_grace < 0:
             raise ConfigurationError(f"cancel_grace must not be negative, got {cancel_grace!r}")
         self.cancel_grace = float(cancel_grace)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_lock = threading.Lock()
-        #: (registry names, those that run in a process), recomputed if the names change.
-        self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
         self._slots = Slots(lambda: self.scheduler.subscribe(self._on_event))
+        self._attempts = AttemptRunner(
+            scheduler,
+            self.registry,
+            self._slots,
+            environment=self.environment,
+            cancel_grace=self.cancel_grace,
+            rng=rng or random.Random(),
+        )
         self._lock = self._slots.lock
         self._changed = self._slots.changed
         self._active = self._slots.active
@@ -170,7 +166,7 @@ class Worker:
             now,
             self.lease,
             self.registry.names,
-            process_names=self._process_names(),
+            process_names=self._attempts.process_names(),
         )
         self._launch(claims)
         return len(claims)
@@ -191,7 +187,7 @@ class Worker:
                 now,
                 self.lease,
                 self.registry.names,
-                process_names=self._process_names(),
+                process_names=self._attempts.process_names(),
             )
             if not claims:
                 return ran
@@ -239,7 +235,7 @@ class Worker:
     def reclaim(self, now: datetime | None = None) -> int:
         """Finalise tasks whose leases expired, in any worker. Returns how many."""
         now = now or self.scheduler.clock.now()
-        reclaimed = self.scheduler.store.reclaim_expired(now, self._retry_delay)
+        reclaimed = self.scheduler.store.reclaim_expired(now, self._attempts.retry_delay)
         for r in reclaimed:
             log.warning(
                 "reclaim: task %s (%s) attempt %s of %s lost its lease -> %s",
@@ -453,15 +449,7 @@ class Worker:
         return self._register_all([claim])[0]
 
     def _register_all(self, claims: list[Claim]) -> list[Running]:
-        started = []
-        for claim in claims:
-            signals = AttemptSignals()
-            ctx = TaskContext(claim, self.scheduler, signals)
-            definition = self.registry.get(claim.name)
-            ctx.environment = self._environment_of(definition)
-            if definition.timeout is not None:
-                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-            started.append(Running(claim, ctx, signals))
+        started = self._attempts.prepare(claims)
         self._slots.add(started)
         if self._next_heartbeat is None:
             self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
@@ -482,7 +470,7 @@ class Worker:
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         try:
-            outcome = self._run(claim, running.context, running.signals)
+            outcome = self._attempts.run(running)
         except BaseException:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
@@ -497,143 +485,6 @@ class Worker:
             if len(self._pending) >= len(self._active):
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self._drain()
-
-    def _run(  # noqa: PLR0911 - a return per way it ends
-        self, claim: Claim, ctx: TaskContext, signals: AttemptSignals
-    ) -> Outcome | None:
-        """One attempt, where its task says; None if it was already recorded (enforced)."""
-        started = time.monotonic()
-        try:
-            definition = self.registry.get(claim.name)
-            if ctx.environment == Environment.PROCESS:
-                return self._run_in_process(definition, claim, ctx, signals)
-            if definition.is_async:
-                value: Any = self._run_async(definition, claim, ctx, signals)
-            elif definition.pass_context:
-                value = definition.fn(ctx, **claim.args)
-            else:
-                value = definition.fn(**claim.args)
-            result = canonical_json(value, f"the result of task {claim.name!r}")
-        except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
-            if ctx.cancel_requested:
-                return Outcome(claim, cancelled=True)
-            return self._failure(claim, exc)
-        except TimeoutError as exc:
-            if ctx.timed_out:  # the async timeout: cancelled at its next await
-                return self._failure(claim, _overran(definition, started))
-            return self._failure(claim, exc)
-        except Exception as exc:
-            return self._failure(claim, exc)
-        if ctx.timed_out:
-            # Finished, but too late: a timed-out attempt is a failure wherever it ran.
-            return self._failure(claim, _overran(definition, started))
-        return Outcome(
-            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
-        )
-
-    def _run_in_process(
-        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
-    ) -> Outcome | None:
-        started = time.monotonic()
-        detail = f"terminated after {self.cancel_grace:g}s grace: cancellation enforced"
-
-        def enforce() -> None:
-            # Invalidate the claim before the child dies: whatever it was about to
-            # report can no longer count.
-            running = self._slots.get(claim.task_id)
-            if running is not None:
-                running.ended = True
-            try:
-                self.scheduler.store.acknowledge_cancel(
-                    claim, self.scheduler.clock.now(), detail=detail
-                )
-            except DurableSchedError as e:
-                # The request is stored: the reclaim of the lapsed lease ends it CANCELLED.
-                log.error("could not record the enforced cancel of task %s: %s", claim.task_id, e)
-
-        ended = run_in_child(
-            definition,
-            claim.args,
-            ctx,
-            deadline=ctx.deadline,
-            cancel_grace=self.cancel_grace,
-            on_enforce=enforce,
-            signals=signals,
-        )
-        if ended.how == "terminated":
-            log.info(
-                "%s: task %s (%s) attempt %s: its process was terminated",
-                "lease lost" if ctx.lease_lost else "cancel enforced",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-            )
-            return None
-        if ended.how == "timeout":
-            return self._failure(claim, _overran(definition, started, killed=True))
-        if ended.how == "cancelled":
-            return Outcome(claim, cancelled=True)
-        if ended.error is not None:
-            return self._failure_info(claim, ended.error)
-        return Outcome(claim, result=ended.result, children=ended.children)
-
-    def _run_async(
-        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
-    ) -> Any:
-        """An ``async def`` task on the worker's event loop; cancel arrives at its next await."""
-        loop = self._event_loop()
-
-        async def call() -> Any:
-            task = asyncio.current_task()
-            assert task is not None
-            signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
-            if definition.pass_context:
-                awaitable = definition.fn(ctx, **claim.args)
-            else:
-                awaitable = definition.fn(**claim.args)
-            if ctx.deadline is None:
-                return await awaitable
-            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
-                return await awaitable
-
-        return asyncio.run_coroutine_threadsafe(call(), loop).result()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="durablesched-asyncio", daemon=True
-                ).start()
-                self._loop = loop
-            return self._loop
-
-    def _environment_of(self, definition: TaskDefinition) -> Environment:
-        if definition.environment is not None:
-            return Environment(definition.environment)
-        return self.environment
-
-    def _process_names(self) -> frozenset[str]:
-        """The names whose attempts run in a child process (their cancel is enforced)."""
-        names = self.registry.names
-        cached = self._process_cache
-        if cached is None or cached[0] is not names:
-            chosen = frozenset(
-                n
-                for n in names
-                if self._environment_of(self.registry.get(n)) == Environment.PROCESS
-            )
-            self._process_cache = (names, chosen)
-            return chosen
-        return cached[1]
-
-    def _failure(self, claim: Claim, exc: BaseException) -> Outcome:
-        return self._failure_info(claim, ErrorInfo.from_exception(exc))
-
-    def _failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
-        now = self.scheduler.clock.now()
-        retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
-        return Outcome(claim, error=error, retry_at=retry_at)
 
     def _drain(self) -> None:
         """Group commit: whichever thread gets here first records everything pending.
@@ -683,7 +534,7 @@ class Worker:
                 limit=limit,
                 lease=self.lease,
                 names=self.registry.names,
-                process_names=self._process_names(),
+                process_names=self._attempts.process_names(),
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
@@ -697,7 +548,7 @@ class Worker:
             if isinstance(result, Exception):
                 # Its effects raised (or it acknowledged an unrequested cancellation):
                 # nothing of it was written; record the attempt as failed instead.
-                again.append((running, self._failure(running.claim, result)))
+                again.append((running, self._attempts.failure(running.claim, result)))
                 continue
             self._log_outcome(running, outcome, result)
             finished.append(running)
@@ -769,13 +620,3 @@ class Worker:
                 if retry and outcome.retry_at
                 else "; no retry",
             )
-
-    def _retry_delay(self, name: str, attempt: int) -> timedelta:
-        return self.registry.retry_policy(name).delay(attempt, self._rng)
-
-
-def _overran(definition: TaskDefinition, started: float, *, killed: bool = False) -> TaskTimeout:
-    assert definition.timeout is not None
-    limit = definition.timeout.total_seconds()
-    how = "its process was killed" if killed else f"it ran {time.monotonic() - started:.3f}s"
-    return TaskTimeout(f"timed out: the limit is {limit:g}s and {how}")
