@@ -29,16 +29,12 @@ from durablesched.records import environment as parse_environment
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
-from durablesched.store.protocol import ChangeWatcher
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.slots import Running, Slots
 from durablesched.worker.threads import TaskThreads
+from durablesched.worker.watch import ChangeWatch
 
 log = logging.getLogger("durablesched.worker.loop")
-
-#: Seconds between heartbeats sent early because another process committed:
-#: how soon a cancel requested elsewhere reaches a running task, at most.
-EARLY_HEARTBEAT = 0.25
 
 
 class Worker:
@@ -126,13 +122,7 @@ class Worker:
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self._looping = False
-        #: Set by the change watcher if it failed (say, the database file was removed).
-        self._watch_error: Exception | None = None
-        #: The change watcher while run() loops (told when a slot frees).
-        self._watcher: ChangeWatcher | None = None
-        #: Set by the change watcher: another process committed since the last pass.
-        self._changed_elsewhere = False
-        self._last_early_heartbeat = 0.0
+        self._watch = ChangeWatch(self._slots, self.concurrency, self._wakeup)
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -143,7 +133,7 @@ class Worker:
         """
         self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
-        early = self._early_heartbeat_due()
+        early = self._watch.early_heartbeat_due()
         if self._next_heartbeat is None or now >= self._next_heartbeat:
             self.heartbeat(now)
         elif early:
@@ -257,11 +247,7 @@ class Worker:
         """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
-        watcher = self.scheduler.store.watch_changes(self.poll_interval)
-        self._watch_error = None
-        if watcher is not None:
-            self._watcher = watcher
-            watcher.start(self._on_change)
+        self._watch.open(self.scheduler.store, self.poll_interval, self._on_change)
         if self._pool is None:
             self._pool = TaskThreads(self.concurrency)
         self._looping = True
@@ -269,8 +255,8 @@ class Worker:
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
-                if self._watch_error is not None:
-                    raise self._watch_error
+                if self._watch.error is not None:
+                    raise self._watch.error
                 try:
                     claimed = self.run_once()
                     failures = 0
@@ -300,9 +286,7 @@ class Worker:
         finally:
             self._looping = False
             unsubscribe()
-            if watcher is not None:
-                self._watcher = None
-                watcher.close()
+            self._watch.close()
 
     def request_stop(self) -> None:
         """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler."""
@@ -341,43 +325,10 @@ class Worker:
     def _on_change(self, error: Exception | None) -> bool:
         """From the change watcher's thread: another process committed (or it failed).
 
-        Answers True while every slot is taken: the group commit claims for a
-        full worker, and cancel notices wait for EARLY_HEARTBEAT anyway, so the
-        watcher may keep quiet until a slot frees (:meth:`_nudge_if_free`).
-        Otherwise this worker's own commits would wake it a few times each.
+        Given to the watcher as this method, looked up when :meth:`run` starts
+        (tests wrap it); :meth:`ChangeWatch.on_change` says what it answers.
         """
-        if error is not None:
-            self._watch_error = error
-        self._changed_elsewhere = True
-        full = error is None and len(self._active) >= self.concurrency
-        if full and time.monotonic() - self._last_early_heartbeat < EARLY_HEARTBEAT:
-            # The last early lease check is recent: nothing to do until one is due.
-            # Under load from other processes this spares a pass per commit they make.
-            return True
-        self._wakeup.set()
-        return full
-
-    def _nudge_if_free(self) -> None:
-        """A slot is free: the change watcher must tell of commits elsewhere at once again."""
-        watcher = self._watcher
-        if watcher is not None and len(self._active) < self.concurrency:
-            watcher.nudge()
-
-    def _early_heartbeat_due(self) -> bool:
-        """Check the leases now, ahead of the heartbeat, because another process committed
-        (it may have asked a task of ours to stop): at most every EARLY_HEARTBEAT seconds,
-        and only while tasks run here, so that a cancel reaches them promptly."""
-        if not self._changed_elsewhere:
-            return False
-        if not self._active:
-            self._changed_elsewhere = False  # no task here to tell
-            return False
-        now = time.monotonic()
-        if now - self._last_early_heartbeat < EARLY_HEARTBEAT:
-            return False  # kept for later: _next_wake_time() wakes the loop for it
-        self._changed_elsewhere = False
-        self._last_early_heartbeat = now
-        return True
+        return self._watch.on_change(error)
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread."""
@@ -436,11 +387,10 @@ class Worker:
                 times.append(nxt)
         if self.active_count and self._next_heartbeat is not None:
             times.append(self._next_heartbeat)
-        if self._changed_elsewhere and self.active_count:
+        if self._watch.changed_elsewhere and self.active_count:
             # A commit seen while an early heartbeat was not yet allowed: make it
             # when it is (see _on_change).
-            wait = EARLY_HEARTBEAT - (time.monotonic() - self._last_early_heartbeat)
-            times.append(now + timedelta(seconds=max(0.0, wait)))
+            times.append(self._watch.early_heartbeat_at(now))
         if self._next_reclaim is not None:
             times.append(self._next_reclaim)
         return min(times, default=None)
@@ -557,14 +507,14 @@ class Worker:
                 self._pending.extend(again)
         self._forget(finished, nudge=False)
         self._launch(claims)
-        self._nudge_if_free()  # only now: the slots may be full again
+        self._watch.nudge_if_free()  # only now: the slots may be full again
         return True
 
     def _forget(self, done: list[Running], *, nudge: bool = True) -> None:
         self._slots.remove(done)
         self._wakeup.set()
         if nudge:
-            self._nudge_if_free()
+            self._watch.nudge_if_free()
 
     def _log_outcome(self, running: Running, outcome: Outcome, state: TaskState | None) -> None:
         if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):
