@@ -24,12 +24,13 @@ from durablesched.errors import (
     SchemaError,
     StoreError,
 )
-from durablesched.records import Claim, Environment, LeaseStatus, Outcome
+from durablesched.records import Claim, Environment, Outcome
 from durablesched.records import environment as parse_environment
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.worker.attempt import AttemptRunner
+from durablesched.worker.leases import Leases
 from durablesched.worker.slots import Running, Slots
 from durablesched.worker.threads import TaskThreads
 from durablesched.worker.watch import ChangeWatch
@@ -111,10 +112,14 @@ class Worker:
         self._active = self._slots.active
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
-        self._next_heartbeat: datetime | None = None
-        #: Expired leases are looked for at most this often by run_once().
-        self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
-        self._next_reclaim: datetime | None = None
+        self._leases = Leases(
+            scheduler,
+            self._slots,
+            owner=self.owner,
+            lease=self.lease,
+            heartbeat_interval=self.heartbeat_interval,
+            retry_delay=self._attempts.retry_delay,
+        )
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
@@ -133,18 +138,7 @@ class Worker:
         """
         self._drain()  # outcomes whose recording failed earlier
         now = self.scheduler.clock.now()
-        early = self._watch.early_heartbeat_due()
-        if self._next_heartbeat is None or now >= self._next_heartbeat:
-            self.heartbeat(now)
-        elif early:
-            # Between heartbeats a read does: it hears of a cancel without
-            # queueing for the write lock behind other processes (and holding
-            # this process's group commits up meanwhile).
-            self._check_leases(now)
-        if self._next_reclaim is None or now >= self._next_reclaim:
-            # Not on every pass: a busy worker wakes after each group commit.
-            self.reclaim(now)
-            self._next_reclaim = now + self._reclaim_interval
+        self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
         free = self.concurrency - self.active_count
@@ -187,55 +181,20 @@ class Worker:
 
     def heartbeat(self, now: datetime | None = None, *, force: bool = True) -> None:
         """Renew every lease this worker holds in one store call, and pass on cancel requests."""
-        now = now or self.scheduler.clock.now()
-        if not force and self._next_heartbeat is not None and now < self._next_heartbeat:
-            return
-        self._next_heartbeat = now + self.heartbeat_interval
-        held = self._slots.held()
-        if held:
-            claims = [r.claim for r in held.values()]
-            self._take(held, self.scheduler.store.heartbeat(self.owner, claims, now, self.lease))
-
-    def _check_leases(self, now: datetime) -> None:
-        """What a heartbeat would tell, read without renewing: lost leases, cancel requests."""
-        held = self._slots.held()
-        if held:
-            claims = [r.claim for r in held.values()]
-            self._take(held, self.scheduler.store.check_leases(self.owner, claims, now))
-
-    def _take(self, held: dict[int, Running], statuses: list[LeaseStatus]) -> None:
-        """Act on a heartbeat's (or a lease check's) answer for the tasks held when it began."""
-        renewed = {s.task_id: s for s in statuses}
-        for task_id, running in held.items():
-            status = renewed.get(task_id)
-            if status is None:
-                if running.ended:
-                    continue  # recorded by a group commit while this heartbeat ran
-                if not running.signals.lease_lost:
-                    log.warning(
-                        "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
-                        task_id,
-                        running.claim.name,
-                        running.claim.attempt,
-                    )
-                running.signals.mark_lease_lost()
-            elif status.cancel_requested:
-                running.signals.request_cancel()
+        self._leases.heartbeat(now, force=force)
 
     def reclaim(self, now: datetime | None = None) -> int:
         """Finalise tasks whose leases expired, in any worker. Returns how many."""
-        now = now or self.scheduler.clock.now()
-        reclaimed = self.scheduler.store.reclaim_expired(now, self._attempts.retry_delay)
-        for r in reclaimed:
-            log.warning(
-                "reclaim: task %s (%s) attempt %s of %s lost its lease -> %s",
-                r.task_id,
-                r.name,
-                r.attempt,
-                r.owner,
-                r.state,
-            )
-        return len(reclaimed)
+        return self._leases.reclaim(now)
+
+    @property
+    def _reclaim_interval(self) -> timedelta:
+        """How often run_once() looks for expired leases (tests slow it down)."""
+        return self._leases.reclaim_interval
+
+    @_reclaim_interval.setter
+    def _reclaim_interval(self, interval: timedelta) -> None:
+        self._leases.reclaim_interval = interval
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -385,14 +344,14 @@ class Worker:
             nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
             if nxt is not None:
                 times.append(nxt)
-        if self.active_count and self._next_heartbeat is not None:
-            times.append(self._next_heartbeat)
+        if self.active_count and self._leases.next_heartbeat is not None:
+            times.append(self._leases.next_heartbeat)
         if self._watch.changed_elsewhere and self.active_count:
             # A commit seen while an early heartbeat was not yet allowed: make it
             # when it is (see _on_change).
             times.append(self._watch.early_heartbeat_at(now))
-        if self._next_reclaim is not None:
-            times.append(self._next_reclaim)
+        if self._leases.next_reclaim is not None:
+            times.append(self._leases.next_reclaim)
         return min(times, default=None)
 
     def _register(self, claim: Claim) -> Running:
@@ -401,8 +360,7 @@ class Worker:
     def _register_all(self, claims: list[Claim]) -> list[Running]:
         started = self._attempts.prepare(claims)
         self._slots.add(started)
-        if self._next_heartbeat is None:
-            self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
+        self._leases.start_heartbeats()
         return started
 
     def _launch(self, claims: list[Claim]) -> None:
