@@ -28,6 +28,7 @@ from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.submission import canonical_json
 from durablesched.worker.environments import run_in_child
+from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 
 #: The worker's logger, wherever in the package the line that logs lives.
@@ -37,9 +38,8 @@ log = logging.getLogger("durablesched.worker.loop")
 class AttemptRunner:
     """Runs the attempts of one worker's claims and says how each ended.
 
-    ``environment`` is where a task that does not say runs its attempts;
-    ``cancel_grace`` is how long one in a child process has to stop by itself
-    once asked. Retry delays draw their jitter from ``rng``.
+    Reads the options ``environment`` (where a task that does not say runs its
+    attempts) and ``cancel_grace``; retry delays draw their jitter from ``rng``.
     """
 
     def __init__(
@@ -47,16 +47,14 @@ class AttemptRunner:
         scheduler: Scheduler,
         registry: TaskRegistry,
         slots: Slots,
-        *,
-        environment: Environment,
-        cancel_grace: float,
+        options: WorkerOptions,
         rng: random.Random,
     ) -> None:
         self._scheduler = scheduler
         self._registry = registry
         self._slots = slots
-        self._environment = environment
-        self._cancel_grace = cancel_grace
+        self._environment = options.environment
+        self._cancel_grace = options.cancel_grace
         self._rng = rng
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from durablesched.records import LeaseStatus
 from durablesched.scheduler import Scheduler
+from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 
 #: The worker's logger, wherever in the package the line that logs lives.
@@ -34,21 +35,19 @@ class Leases:
         self,
         scheduler: Scheduler,
         slots: Slots,
-        *,
-        owner: str,
-        lease: timedelta,
-        heartbeat_interval: timedelta,
+        options: WorkerOptions,
         retry_delay: Callable[[str, int], timedelta],
     ) -> None:
         self._scheduler = scheduler
         self._slots = slots
-        self._owner = owner
-        self._lease = lease
-        self._heartbeat_interval = heartbeat_interval
+        self._owner = options.owner
+        self._lease = options.lease
+        self._heartbeat_interval = options.heartbeat_interval
+        #: For the reclaim: when a task whose lease expired is tried again.
         self._retry_delay = retry_delay
         self.next_heartbeat: datetime | None = None
         #: Expired leases are looked for at most this often by run_once().
-        self.reclaim_interval = min(heartbeat_interval, timedelta(seconds=1))
+        self.reclaim_interval = min(self._heartbeat_interval, timedelta(seconds=1))
         self.next_reclaim: datetime | None = None
 
     def run_once(self, now: datetime, *, early: bool) -> None:
