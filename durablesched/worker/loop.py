@@ -102,13 +102,16 @@ class Worker:
 
     # -- one pass ---------------------------------------------------------------------------
 
-    def run_once(self) -> int:
+    def run_once(self, now: datetime | None = None) -> int:
         """Heartbeat if due, reclaim expired leases, claim into free slots. Returns claims made.
 
+        ``now`` is the time of the pass (by default, the scheduler's clock's):
+        a test can drive passes at times of its choosing, with no loop running.
         Claimed tasks start on the worker's threads; this call does not wait for them.
         """
         self._commit.drain()  # outcomes whose recording failed earlier
-        now = self.scheduler.clock.now()
+        if now is None:
+            now = self.scheduler.clock.now()
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
