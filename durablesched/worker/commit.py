@@ -26,8 +26,9 @@ from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 from durablesched.worker.watch import ChangeWatch
 
-#: The worker's logger, wherever in the package the line that logs lives.
-log = logging.getLogger("durablesched.worker.loop")
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
 
 
 class GroupCommit:

@@ -18,8 +18,9 @@ from durablesched.scheduler import Scheduler
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 
-#: The worker's logger, wherever in the package the line that logs lives.
-log = logging.getLogger("durablesched.worker.loop")
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
 
 
 class Leases:

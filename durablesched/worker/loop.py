@@ -31,7 +31,9 @@ from durablesched.worker.slots import Running, Slots
 from durablesched.worker.threads import TaskThreads
 from durablesched.worker.watch import ChangeWatch
 
-log = logging.getLogger("durablesched.worker.loop")
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
 
 
 class Worker:
