@@ -33,15 +33,15 @@ class AttemptSignals:
     for a task that waits on cancellation, and the hook list only for an async one.
     """
 
-    __slots__ = ("_event", "_hooks", "cancelled", "lease_lost")
-
-    def __init__(self) -> None:
-        #: Someone asked the attempt to stop.
-        self.cancelled = False
-        #: A heartbeat found the claim gone: no outcome of the attempt will count.
-        self.lease_lost = False
-        self._event: threading.Event | None = None
-        self._hooks: list[Callable[[], object]] | None = None
+    # No __init__: every field starts as its class-level default and is set on
+    # the instance only when it changes, so the one made per attempt (on the
+    # worker's hot path) costs no Python call.
+    #: Someone asked the attempt to stop.
+    cancelled: bool = False
+    #: A heartbeat found the claim gone: no outcome of the attempt will count.
+    lease_lost: bool = False
+    _event: threading.Event | None = None
+    _hooks: list[Callable[[], object]] | None = None
 
     def request_cancel(self) -> None:
         """Ask the attempt to stop: set the flag, wake a waiter, call the hooks."""

@@ -261,7 +261,8 @@ class Worker:
 
     @property
     def active_count(self) -> int:
-        return self._slots.count()
+        with self._slots.lock:
+            return len(self._slots.active)
 
     # -- internals --------------------------------------------------------------------------
 

@@ -76,10 +76,6 @@ class Slots:
         with self.lock:
             return {task_id: r for task_id, r in self.active.items()}
 
-    def count(self) -> int:
-        with self.lock:
-            return len(self.active)
-
     def wait_idle(self, timeout: float) -> bool:
         """Block until no attempt runs here (True) or ``timeout`` seconds pass (False)."""
         deadline = time.monotonic() + timeout
