@@ -66,7 +66,7 @@ class Worker:
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
-        self.options = options = WorkerOptions.checked(
+        self._options = options = WorkerOptions.checked(
             concurrency=concurrency,
             lease=lease,
             heartbeat_interval=heartbeat_interval,
@@ -117,7 +117,7 @@ class Worker:
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
-        free = self.options.concurrency - self.active_count
+        free = self._options.concurrency - self.active_count
         if free <= 0:
             return 0
         claims = self._claim(free, now)
@@ -159,9 +159,9 @@ class Worker:
         """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
-        self._watch.open(self.scheduler.store, self.options.poll_interval, self._on_change)
+        self._watch.open(self.scheduler.store, self._options.poll_interval, self._on_change)
         if self._pool is None:
-            self._pool = TaskThreads(self.options.concurrency)
+            self._pool = TaskThreads(self._options.concurrency)
         self._commit.looping = True
         failures = 0
         try:
@@ -176,7 +176,7 @@ class Worker:
                     raise
                 except StoreError as e:
                     failures += 1
-                    if failures > self.options.max_store_failures:
+                    if failures > self._options.max_store_failures:
                         raise
                     self._back_off(failures, e)
                     continue
@@ -211,7 +211,7 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self.wait_idle(min(remaining, self.options.heartbeat_interval.total_seconds()))
+            self.wait_idle(min(remaining, self._options.heartbeat_interval.total_seconds()))
             self.heartbeat(force=False)
             self._commit.drain()
         self._commit.drain()
@@ -268,10 +268,10 @@ class Worker:
 
     def _claim(self, limit: int, now: datetime) -> list[Claim]:
         return self.scheduler.store.claim(
-            self.options.owner,
+            self._options.owner,
             limit,
             now,
-            self.options.lease,
+            self._options.lease,
             self.registry.names,
             process_names=self._attempts.process_names(),
         )
@@ -291,7 +291,7 @@ class Worker:
         started = self._register_all(claims)
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
-            self._pool = TaskThreads(self.options.concurrency)
+            self._pool = TaskThreads(self._options.concurrency)
         for running in started:
             self._pool.submit(self._execute, running)
 
@@ -341,7 +341,7 @@ class Worker:
     def _next_wake_time(self) -> datetime | None:
         now = self.scheduler.clock.now()
         times: list[datetime] = []
-        if self.active_count < self.options.concurrency:
+        if self.active_count < self._options.concurrency:
             nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
             if nxt is not None:
                 times.append(nxt)
@@ -359,39 +359,39 @@ class Worker:
 
     @property
     def concurrency(self) -> int:
-        return self.options.concurrency
+        return self._options.concurrency
 
     @property
     def lease(self) -> timedelta:
-        return self.options.lease
+        return self._options.lease
 
     @property
     def heartbeat_interval(self) -> timedelta:
-        return self.options.heartbeat_interval
+        return self._options.heartbeat_interval
 
     @property
     def owner(self) -> str:
-        return self.options.owner
+        return self._options.owner
 
     @property
     def poll_interval(self) -> float:
-        return self.options.poll_interval
+        return self._options.poll_interval
 
     @property
     def commit_delay(self) -> float:
-        return self.options.commit_delay
+        return self._options.commit_delay
 
     @property
     def max_store_failures(self) -> int:
-        return self.options.max_store_failures
+        return self._options.max_store_failures
 
     @property
     def environment(self) -> Environment:
-        return self.options.environment
+        return self._options.environment
 
     @property
     def cancel_grace(self) -> float:
-        return self.options.cancel_grace
+        return self._options.cancel_grace
 
     @property
     def _reclaim_interval(self) -> timedelta:
