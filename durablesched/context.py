@@ -1,4 +1,8 @@
-"""What a running task sees of itself: its identity, cancellation, children and effects."""
+"""What a running task sees of itself: its identity, cancellation, children and effects.
+
+The worker tells an attempt of a cancel request or a lost lease through its
+:class:`AttemptSignals`, which the attempt's :class:`TaskContext` reads.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,58 @@ if TYPE_CHECKING:
 _EVENT_LOCK = threading.Lock()
 
 
+class AttemptSignals:
+    """What the worker tells one running attempt: a cancel request, a lost lease.
+
+    The worker owns it and is the only writer; the attempt's :class:`TaskContext`
+    only reads it, so the worker never reaches into the context. Plain flags: an
+    Event per task costs more than the no-op tasks it serves; one is made only
+    for a task that waits on cancellation, and the hook list only for an async one.
+    """
+
+    # No __init__: every field starts as its class-level default and is set on
+    # the instance only when it changes, so the one made per attempt (on the
+    # worker's hot path) costs no Python call.
+    #: Someone asked the attempt to stop.
+    cancelled: bool = False
+    #: A heartbeat found the claim gone: no outcome of the attempt will count.
+    lease_lost: bool = False
+    _event: threading.Event | None = None
+    _hooks: list[Callable[[], object]] | None = None
+
+    def request_cancel(self) -> None:
+        """Ask the attempt to stop: set the flag, wake a waiter, call the hooks."""
+        with _EVENT_LOCK:
+            self.cancelled = True
+            if self._event is not None:
+                self._event.set()
+            hooks = list(self._hooks or ())
+        for hook in hooks:
+            hook()
+
+    def on_cancel(self, hook: Callable[[], object]) -> None:
+        """Call ``hook`` when cancellation is requested (at once if it already was)."""
+        with _EVENT_LOCK:
+            if self._hooks is None:
+                self._hooks = []
+            self._hooks.append(hook)
+            already = self.cancelled
+        if already:
+            hook()
+
+    def mark_lease_lost(self) -> None:
+        self.lease_lost = True
+
+    def wait_for_cancel(self, timeout: float | None) -> bool:
+        """Block up to ``timeout`` seconds for a cancel request; True if one came."""
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+                if self.cancelled:
+                    self._event.set()
+        return self._event.wait(timeout)
+
+
 class TaskContext:
     """Handed to a task registered with ``pass_context=True``.
 
@@ -28,15 +84,13 @@ class TaskContext:
     attempt leaves none of them behind.
     """
 
-    def __init__(self, claim: Claim, scheduler: Scheduler) -> None:
+    def __init__(
+        self, claim: Claim, scheduler: Scheduler, signals: AttemptSignals | None = None
+    ) -> None:
         self.claim = claim
         self.scheduler = scheduler
-        # Plain flags: an Event per task costs more than the no-op tasks it serves;
-        # one is made only for a task that waits on cancellation.
-        self._cancelled = False
-        self._lost = False
-        self._cancel_event: threading.Event | None = None
-        self._cancel_hooks: list[Callable[[], object]] = []
+        # Set by whoever runs the attempt (the worker); only read here.
+        self._signals = signals if signals is not None else AttemptSignals()
         self.children: list[NewTask] = []
         self.effects: list[Effect] = []
         #: "thread" or "process": where this attempt runs (docs/execution.md).
@@ -72,7 +126,8 @@ class TaskContext:
     @property
     def cancel_requested(self) -> bool:
         """True once someone asked this task to stop (or its lease was lost)."""
-        return self._cancelled or self._lost
+        signals = self._signals
+        return signals.cancelled or signals.lease_lost
 
     @property
     def timed_out(self) -> bool:
@@ -82,7 +137,7 @@ class TaskContext:
     @property
     def lease_lost(self) -> bool:
         """True once a heartbeat found the claim gone: no outcome of this attempt will count."""
-        return self._lost
+        return self._signals.lease_lost
 
     def raise_if_cancelled(self) -> None:
         """Acknowledge a requested cancellation by raising :class:`TaskCancelled`,
@@ -94,12 +149,7 @@ class TaskContext:
 
     def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Block up to ``timeout`` seconds for a cancellation request; True if one came."""
-        with _EVENT_LOCK:
-            if self._cancel_event is None:
-                self._cancel_event = threading.Event()
-                if self._cancelled:
-                    self._cancel_event.set()
-        return self._cancel_event.wait(timeout)
+        return self._signals.wait_for_cancel(timeout)
 
     def submit(
         self,
@@ -139,24 +189,3 @@ class TaskContext:
                 "effects cannot be committed with its success (docs/execution.md)"
             )
         self.effects.append(effect)
-
-    # The worker's side.
-    def _request_cancel(self) -> None:
-        with _EVENT_LOCK:
-            self._cancelled = True
-            if self._cancel_event is not None:
-                self._cancel_event.set()
-            hooks = list(self._cancel_hooks)
-        for hook in hooks:
-            hook()
-
-    def _on_cancel(self, hook: Callable[[], object]) -> None:
-        """Call ``hook`` when cancellation is requested (at once if it already was)."""
-        with _EVENT_LOCK:
-            self._cancel_hooks.append(hook)
-            already = self._cancelled
-        if already:
-            hook()
-
-    def _mark_lease_lost(self) -> None:
-        self._lost = True

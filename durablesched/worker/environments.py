@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from durablesched.context import TaskContext
+from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import ProcessCrashed, TaskCancelled
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.registry import TaskDefinition
@@ -60,6 +60,7 @@ def run_in_child(
     deadline: float | None,
     cancel_grace: float,
     on_enforce: Callable[[], None],
+    signals: AttemptSignals | None = None,
 ) -> ChildEnded:
     """Run one attempt in a forked child and wait for it, on the calling worker thread.
 
@@ -67,7 +68,10 @@ def run_in_child(
     (a timeout). A cancel request is passed to the child (SIGUSR1, which sets
     ``ctx.cancel_requested`` there); if the child has not ended ``cancel_grace``
     seconds later, ``on_enforce()`` is called (it invalidates the claim) and
-    only then is the child killed.
+    only then is the child killed. ``signals`` are the attempt's, those its
+    context reads: the child's copy hears the request. Without them (a bare
+    context, as in a benchmark) the child ignores the request and is killed
+    when the grace is over.
     """
     # One fork at a time: a child forked while another child's pipe is still
     # open here would inherit its write end and hold back that pipe's EOF.
@@ -85,7 +89,7 @@ def run_in_child(
                 pid = os.fork()
             if pid == 0:  # the child: never returns
                 os.close(read_end)
-                _child(definition, args, ctx, write_end, mask)
+                _child(definition, args, ctx, write_end, mask, signals=signals)
         finally:
             if pid != 0:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -177,7 +181,13 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def _child(
-    definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext, fd: int, mask: Any
+    definition: TaskDefinition,
+    args: dict[str, Any],
+    ctx: TaskContext,
+    fd: int,
+    mask: Any,
+    *,
+    signals: AttemptSignals | None,
 ) -> None:
     """In the forked child: run the function, report as JSON, and leave without cleanup."""
     code = 0
@@ -190,7 +200,11 @@ def _child(
         gc.freeze()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGUSR1, lambda _n, _f: ctx._request_cancel())
+        if signals is None:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        else:
+            request_cancel = signals.request_cancel
+            signal.signal(signal.SIGUSR1, lambda _n, _f: request_cancel())
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a request sent meanwhile lands now
         report = _run(definition, args, ctx)
         payload = json.dumps(report, ensure_ascii=False, allow_nan=False).encode()

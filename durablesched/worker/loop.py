@@ -1,123 +1,52 @@
-"""Claiming, running and recording tasks with a bounded number of threads.
+"""The worker's public face and its claim loop: a pass claims into free slots, then it waits.
 
-A worker claims a task only when it has a free slot, so nothing sits claimed
-inside a busy worker while another could run it. User code always runs with
-no lock of ours held; outcomes are written through the store, fenced by the
-claim that started the attempt.
+The loop runs on the thread that calls :meth:`Worker.run` (its own,
+``durablesched-<owner>``, after :meth:`Worker.start`) and sleeps on the
+scheduler's clock until a task is due, a heartbeat or reclaim is, a slot frees
+or another process commits. A worker claims a task only when it has a free
+slot, so nothing sits claimed inside a busy worker while another could run it.
+User code always runs with no lock of ours held; outcomes are written through
+the store, fenced by the claim that started the attempt. :class:`Worker`
+composes the parts that do the work (see the package's docstring).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
-import os
-import queue
 import random
-import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from durablesched.clock import positive_duration
-from durablesched.context import TaskContext
-from durablesched.errors import (
-    ConfigurationError,
-    DurableSchedError,
-    SchemaError,
-    StoreError,
-    TaskCancelled,
-    TaskTimeout,
-)
-from durablesched.records import Claim, Environment, ErrorInfo, LeaseStatus, Outcome
-from durablesched.records import environment as parse_environment
-from durablesched.registry import TaskDefinition, TaskRegistry
+from durablesched.errors import ConfigurationError, SchemaError, StoreError
+from durablesched.records import Claim, Environment
+from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
-from durablesched.store.protocol import ChangeWatcher
-from durablesched.submission import canonical_json
-from durablesched.worker.environments import run_in_child
+from durablesched.worker.attempt import AttemptRunner
+from durablesched.worker.commit import GroupCommit
+from durablesched.worker.leases import Leases
+from durablesched.worker.options import WorkerOptions
+from durablesched.worker.slots import Running, Slots
+from durablesched.worker.threads import TaskThreads
+from durablesched.worker.watch import ChangeWatch
 
-log = logging.getLogger("durablesched.worker.loop")
-
-#: Seconds between heartbeats sent early because another process committed:
-#: how soon a cancel requested elsewhere reaches a running task, at most.
-EARLY_HEARTBEAT = 0.25
-
-
-@dataclass(slots=True)
-class _Running:
-    claim: Claim
-    context: TaskContext
-    started: float = field(default_factory=time.monotonic)
-    #: Its outcome was handed over for recording (or its cancel enforced): a
-    #: heartbeat that no longer finds its claim is then no sign of a lost lease.
-    ended: bool = False
-
-
-class _TaskThreads:
-    """Up to ``size`` threads running what is handed to them, started as needed.
-
-    Leaner than ThreadPoolExecutor, whose Future (a Condition each) costs more
-    than a no-op task. The threads are daemons: a task still running when the
-    interpreter exits is abandoned, and its lease lapses to be reclaimed.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._queue: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        #: Handed over and not yet finished.
-        self._outstanding = 0
-
-    def submit(self, run: Callable[[_Running], None], running: _Running) -> None:
-        with self._lock:
-            self._outstanding += 1
-            if self._outstanding > len(self._threads) and len(self._threads) < self._size:
-                thread = threading.Thread(
-                    target=self._loop,
-                    args=(run,),
-                    name=f"durablesched-task_{len(self._threads)}",
-                    daemon=True,
-                )
-                self._threads.append(thread)
-                thread.start()
-        self._queue.put(running)
-
-    def _loop(self, run: Callable[[_Running], None]) -> None:
-        while (running := self._queue.get()) is not None:
-            try:
-                run(running)
-            except BaseException:  # noqa: S110 - logged where it was raised; the thread goes on
-                pass
-            finally:
-                with self._lock:
-                    self._outstanding -= 1
-
-    def shutdown(self, wait: bool) -> None:
-        """Let the threads go once what was handed over has run; ``wait`` for them."""
-        for _ in self._threads:
-            self._queue.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
 
 
 class Worker:
     """Runs the tasks of ``scheduler.registry`` with up to ``concurrency`` threads.
 
-       ``lease`` is how long a claim lasts without a heartbeat; heartbeats renew
-       every held lease at ``heartbeat_interval`` (a third of the lease by
-       default). Outcomes are group-committed: the first thread to finish records
-       every outcome pending (waiting up to ``commit_delay`` for the tasks still
-       running here) and, in the same transaction, claims into the freed slots.
-    Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a
-       thread), or :meth:`run_once` and :meth:`run_due` from tests.
+    ``lease`` is how long a claim lasts without a heartbeat; heartbeats renew
+    every held lease at ``heartbeat_interval`` (a third of the lease by
+    default). Outcomes are group-committed: the first thread to finish records
+    every outcome pending (waiting up to ``commit_delay`` for the tasks still
+    running here) and, in the same transaction, claims into the freed slots.
+    Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
+    :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
+    attributes once the worker is built (see :class:`WorkerOptions`).
     """
 
     def __init__(
@@ -137,101 +66,61 @@ class Worker:
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        self._options = options = WorkerOptions.checked(
+            concurrency=concurrency,
+            lease=lease,
+            heartbeat_interval=heartbeat_interval,
+            owner=owner,
+            poll_interval=poll_interval,
+            commit_delay=commit_delay,
+            max_store_failures=max_store_failures,
+            environment=environment,
+            cancel_grace=cancel_grace,
+        )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
-        self.concurrency = concurrency
-        self.lease = positive_duration(lease, "lease")
-        self.heartbeat_interval = (
-            self.lease / 3
-            if heartbeat_interval is None
-            else positive_duration(heartbeat_interval, "heartbeat_interval")
-        )
-        if self.heartbeat_interval >= self.lease:
-            raise ConfigurationError("heartbeat_interval must be shorter than the lease")
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._rng = rng or random.Random()
-        #: How often an idle worker looks for commits by other processes (seconds),
-        #: where inotify cannot tell it at once.
-        self.poll_interval = poll_interval
-        #: How long a finished task's outcome may wait for others still running here,
-        #: to share their commit (seconds). Trades a little latency for throughput.
-        self.commit_delay = commit_delay
-        #: How many store errors in a row run() backs off from before it raises.
-        self.max_store_failures = max_store_failures
-        #: Where a task that does not say runs its attempts (docs/execution.md).
-        self.environment = parse_environment(environment)
-        #: Seconds a task in the process environment has to stop by itself once
-        #: asked, before its process is terminated.
-        if isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float):
-            raise ConfigurationError(f"cancel_grace must be seconds, got {cancel_grace!r}")
-        if cancel_grace < 0:
-            raise ConfigurationError(f"cancel_grace must not be negative, got {cancel_grace!r}")
-        self.cancel_grace = float(cancel_grace)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_lock = threading.Lock()
-        #: (registry names, those that run in a process), recomputed if the names change.
-        self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._active: dict[int, _Running] = {}
+        #: Set to wake the claim loop: a slot freed, a task was submitted here...
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
-        self._next_heartbeat: datetime | None = None
-        #: Expired leases are looked for at most this often by run_once().
-        self._reclaim_interval = min(self.heartbeat_interval, timedelta(seconds=1))
-        self._next_reclaim: datetime | None = None
-        self._pool: _TaskThreads | None = None
+        slots = self._slots = Slots(lambda: self.scheduler.subscribe(self._on_event))
+        attempts = self._attempts = AttemptRunner(
+            scheduler, self.registry, slots, options, rng or random.Random()
+        )
+        self._watch = ChangeWatch(slots, options.concurrency, self._wakeup)
+        self._leases = Leases(scheduler, slots, options, attempts.retry_delay)
+        self._commit = GroupCommit(
+            scheduler,
+            self.registry,
+            slots,
+            options,
+            attempts=attempts,
+            watch=self._watch,
+            launch=self._launch,
+            stopping=self._stopping,
+            wakeup=self._wakeup,
+        )
+        self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
-        self._unsubscribe: Callable[[], None] | None = None
-        #: Outcomes waiting for the next group commit, with their tasks.
-        self._pending: list[tuple[_Running, Outcome]] = []
-        self._flush_lock = threading.Lock()
-        #: True while run() loops: then a group commit also claims into freed slots.
-        self._looping = False
-        #: Set by the change watcher if it failed (say, the database file was removed).
-        self._watch_error: Exception | None = None
-        #: The change watcher while run() loops (told when a slot frees).
-        self._watcher: ChangeWatcher | None = None
-        #: Set by the change watcher: another process committed since the last pass.
-        self._changed_elsewhere = False
-        self._last_early_heartbeat = 0.0
 
     # -- one pass ---------------------------------------------------------------------------
 
-    def run_once(self) -> int:
+    def run_once(self, now: datetime | None = None) -> int:
         """Heartbeat if due, reclaim expired leases, claim into free slots. Returns claims made.
 
+        ``now`` is the time of the pass (by default, the scheduler's clock's):
+        a test can drive passes at times of its choosing, with no loop running.
         Claimed tasks start on the worker's threads; this call does not wait for them.
         """
-        self._drain()  # outcomes whose recording failed earlier
-        now = self.scheduler.clock.now()
-        early = self._early_heartbeat_due()
-        if self._next_heartbeat is None or now >= self._next_heartbeat:
-            self.heartbeat(now)
-        elif early:
-            # Between heartbeats a read does: it hears of a cancel without
-            # queueing for the write lock behind other processes (and holding
-            # this process's group commits up meanwhile).
-            self._check_leases(now)
-        if self._next_reclaim is None or now >= self._next_reclaim:
-            # Not on every pass: a busy worker wakes after each group commit.
-            self.reclaim(now)
-            self._next_reclaim = now + self._reclaim_interval
+        self._commit.drain()  # outcomes whose recording failed earlier
+        if now is None:
+            now = self.scheduler.clock.now()
+        self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
-        free = self.concurrency - self.active_count
+        free = self._options.concurrency - self.active_count
         if free <= 0:
             return 0
-        claims = self.scheduler.store.claim(
-            self.owner,
-            free,
-            now,
-            self.lease,
-            self.registry.names,
-            process_names=self._process_names(),
-        )
+        claims = self._claim(free, now)
         self._launch(claims)
         return len(claims)
 
@@ -245,14 +134,7 @@ class Worker:
         while True:
             now = self.scheduler.clock.now()
             self.reclaim(now)
-            claims = self.scheduler.store.claim(
-                self.owner,
-                1,
-                now,
-                self.lease,
-                self.registry.names,
-                process_names=self._process_names(),
-            )
+            claims = self._claim(1, now)
             if not claims:
                 return ran
             running = self._register(claims[0])
@@ -261,57 +143,11 @@ class Worker:
 
     def heartbeat(self, now: datetime | None = None, *, force: bool = True) -> None:
         """Renew every lease this worker holds in one store call, and pass on cancel requests."""
-        now = now or self.scheduler.clock.now()
-        if not force and self._next_heartbeat is not None and now < self._next_heartbeat:
-            return
-        self._next_heartbeat = now + self.heartbeat_interval
-        with self._lock:
-            held = {task_id: r for task_id, r in self._active.items()}
-        if held:
-            claims = [r.claim for r in held.values()]
-            self._take(held, self.scheduler.store.heartbeat(self.owner, claims, now, self.lease))
-
-    def _check_leases(self, now: datetime) -> None:
-        """What a heartbeat would tell, read without renewing: lost leases, cancel requests."""
-        with self._lock:
-            held = {task_id: r for task_id, r in self._active.items()}
-        if held:
-            claims = [r.claim for r in held.values()]
-            self._take(held, self.scheduler.store.check_leases(self.owner, claims, now))
-
-    def _take(self, held: dict[int, _Running], statuses: list[LeaseStatus]) -> None:
-        """Act on a heartbeat's (or a lease check's) answer for the tasks held when it began."""
-        renewed = {s.task_id: s for s in statuses}
-        for task_id, running in held.items():
-            status = renewed.get(task_id)
-            if status is None:
-                if running.ended:
-                    continue  # recorded by a group commit while this heartbeat ran
-                if not running.context.lease_lost:
-                    log.warning(
-                        "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
-                        task_id,
-                        running.claim.name,
-                        running.claim.attempt,
-                    )
-                running.context._mark_lease_lost()
-            elif status.cancel_requested:
-                running.context._request_cancel()
+        self._leases.heartbeat(now, force=force)
 
     def reclaim(self, now: datetime | None = None) -> int:
         """Finalise tasks whose leases expired, in any worker. Returns how many."""
-        now = now or self.scheduler.clock.now()
-        reclaimed = self.scheduler.store.reclaim_expired(now, self._retry_delay)
-        for r in reclaimed:
-            log.warning(
-                "reclaim: task %s (%s) attempt %s of %s lost its lease -> %s",
-                r.task_id,
-                r.name,
-                r.attempt,
-                r.owner,
-                r.state,
-            )
-        return len(reclaimed)
+        return self._leases.reclaim(now)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -323,37 +159,26 @@ class Worker:
         """
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
-        watcher = self.scheduler.store.watch_changes(self.poll_interval)
-        self._watch_error = None
-        if watcher is not None:
-            self._watcher = watcher
-            watcher.start(self._on_change)
+        self._watch.open(self.scheduler.store, self._options.poll_interval, self._on_change)
         if self._pool is None:
-            self._pool = _TaskThreads(self.concurrency)
-        self._looping = True
+            self._pool = TaskThreads(self._options.concurrency)
+        self._commit.looping = True
         failures = 0
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
-                if self._watch_error is not None:
-                    raise self._watch_error
+                if self._watch.error is not None:
+                    raise self._watch.error
                 try:
                     claimed = self.run_once()
                     failures = 0
                 except SchemaError:
                     raise
                 except StoreError as e:
-                    # A full disk or an I/O error may pass: back off and try again,
-                    # a bounded number of times, then give up loudly.
                     failures += 1
-                    if failures > self.max_store_failures:
+                    if failures > self._options.max_store_failures:
                         raise
-                    delay = min(0.1 * 2 ** (failures - 1), 5.0)
-                    log.error(
-                        "store error (%s in a row), retrying in %.1fs: %s", failures, delay, e
-                    )
-                    clock = self.scheduler.clock
-                    clock.wait(self._wakeup, clock.now() + timedelta(seconds=delay))
+                    self._back_off(failures, e)
                     continue
                 if (
                     burst
@@ -364,11 +189,9 @@ class Worker:
                     return
                 self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
         finally:
-            self._looping = False
+            self._commit.looping = False
             unsubscribe()
-            if watcher is not None:
-                self._watcher = None
-                watcher.close()
+            self._watch.close()
 
     def request_stop(self) -> None:
         """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler."""
@@ -388,62 +211,21 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self.wait_idle(min(remaining, self.heartbeat_interval.total_seconds()))
+            self.wait_idle(min(remaining, self._options.heartbeat_interval.total_seconds()))
             self.heartbeat(force=False)
-            self._drain()
-        self._drain()
-        with self._lock:
-            unfinished = [r.claim for r in self._active.values()]
+            self._commit.drain()
+        self._commit.drain()
+        with self._slots.lock:
+            unfinished = [r.claim for r in self._slots.active.values()]
         released = 0
         if unfinished:
             released = self.scheduler.store.release(unfinished, self.scheduler.clock.now())
-            for running in list(self._active.values()):
-                running.context._mark_lease_lost()
+            for running in list(self._slots.active.values()):
+                running.signals.mark_lease_lost()
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
         return released
-
-    def _on_change(self, error: Exception | None) -> bool:
-        """From the change watcher's thread: another process committed (or it failed).
-
-        Answers True while every slot is taken: the group commit claims for a
-        full worker, and cancel notices wait for EARLY_HEARTBEAT anyway, so the
-        watcher may keep quiet until a slot frees (:meth:`_nudge_if_free`).
-        Otherwise this worker's own commits would wake it a few times each.
-        """
-        if error is not None:
-            self._watch_error = error
-        self._changed_elsewhere = True
-        full = error is None and len(self._active) >= self.concurrency
-        if full and time.monotonic() - self._last_early_heartbeat < EARLY_HEARTBEAT:
-            # The last early lease check is recent: nothing to do until one is due.
-            # Under load from other processes this spares a pass per commit they make.
-            return True
-        self._wakeup.set()
-        return full
-
-    def _nudge_if_free(self) -> None:
-        """A slot is free: the change watcher must tell of commits elsewhere at once again."""
-        watcher = self._watcher
-        if watcher is not None and len(self._active) < self.concurrency:
-            watcher.nudge()
-
-    def _early_heartbeat_due(self) -> bool:
-        """Check the leases now, ahead of the heartbeat, because another process committed
-        (it may have asked a task of ours to stop): at most every EARLY_HEARTBEAT seconds,
-        and only while tasks run here, so that a cancel reaches them promptly."""
-        if not self._changed_elsewhere:
-            return False
-        if not self._active:
-            self._changed_elsewhere = False  # no task here to tell
-            return False
-        now = time.monotonic()
-        if now - self._last_early_heartbeat < EARLY_HEARTBEAT:
-            return False  # kept for later: _next_wake_time() wakes the loop for it
-        self._changed_elsewhere = False
-        self._last_early_heartbeat = now
-        return True
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread."""
@@ -471,81 +253,36 @@ class Worker:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no task is running here (True) or ``timeout`` seconds pass (False)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while self._active:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
-                    return not self._active
-            return True
+        return self._slots.wait_idle(timeout)
 
     def wait_running(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` tasks run here (True) or ``timeout`` seconds pass."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self._active) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
-                    return len(self._active) >= count
-            return True
+        return self._slots.wait_running(count, timeout)
 
     @property
     def active_count(self) -> int:
-        with self._lock:
-            return len(self._active)
+        with self._slots.lock:
+            return len(self._slots.active)
 
     # -- internals --------------------------------------------------------------------------
 
-    def _on_event(self, event: str, task_id: int) -> None:
-        if event == "cancel":
-            with self._lock:
-                running = self._active.get(task_id)
-            if running is not None:
-                running.context._request_cancel()
-        self._wakeup.set()
+    def _claim(self, limit: int, now: datetime) -> list[Claim]:
+        return self.scheduler.store.claim(
+            self._options.owner,
+            limit,
+            now,
+            self._options.lease,
+            self.registry.names,
+            process_names=self._attempts.process_names(),
+        )
 
-    def _running_anywhere(self) -> bool:
-        return bool(self.scheduler.store.list_tasks(state=TaskState.RUNNING, limit=1))
-
-    def _next_wake_time(self) -> datetime | None:
-        now = self.scheduler.clock.now()
-        times: list[datetime] = []
-        if self.active_count < self.concurrency:
-            nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
-            if nxt is not None:
-                times.append(nxt)
-        if self.active_count and self._next_heartbeat is not None:
-            times.append(self._next_heartbeat)
-        if self._changed_elsewhere and self.active_count:
-            # A commit seen while an early heartbeat was not yet allowed: make it
-            # when it is (see _on_change).
-            wait = EARLY_HEARTBEAT - (time.monotonic() - self._last_early_heartbeat)
-            times.append(now + timedelta(seconds=max(0.0, wait)))
-        if self._next_reclaim is not None:
-            times.append(self._next_reclaim)
-        return min(times, default=None)
-
-    def _register(self, claim: Claim) -> _Running:
+    def _register(self, claim: Claim) -> Running:
         return self._register_all([claim])[0]
 
-    def _register_all(self, claims: list[Claim]) -> list[_Running]:
-        started = []
-        for claim in claims:
-            ctx = TaskContext(claim, self.scheduler)
-            definition = self.registry.get(claim.name)
-            ctx.environment = self._environment_of(definition)
-            if definition.timeout is not None:
-                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-            started.append(_Running(claim, ctx))
-        with self._changed:
-            if not self._active:
-                # Hear this process's cancel requests while we hold tasks.
-                self._unsubscribe = self.scheduler.subscribe(self._on_event)
-            for running in started:
-                self._active[running.claim.task_id] = running
-            self._changed.notify_all()
-        if self._next_heartbeat is None:
-            self._next_heartbeat = self.scheduler.clock.now() + self.heartbeat_interval
+    def _register_all(self, claims: list[Claim]) -> list[Running]:
+        started = self._attempts.prepare(claims)
+        self._slots.add(started)
+        self._leases.start_heartbeats()
         return started
 
     def _launch(self, claims: list[Claim]) -> None:
@@ -554,311 +291,113 @@ class Worker:
         started = self._register_all(claims)
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
-            self._pool = _TaskThreads(self.concurrency)
+            self._pool = TaskThreads(self._options.concurrency)
         for running in started:
             self._pool.submit(self._execute, running)
 
-    def _execute(self, running: _Running) -> None:
+    def _execute(self, running: Running) -> None:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         try:
-            outcome = self._run(claim, running.context)
+            outcome = self._attempts.run(running)
         except BaseException:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
-            self._forget([running])
+            self._commit.forget([running])
             raise
         if outcome is None:  # already recorded: its process was terminated
-            self._forget([running])
+            self._commit.forget([running])
             return
-        running.ended = True
-        with self._changed:
-            self._pending.append((running, outcome))
-            if len(self._pending) >= len(self._active):
-                self._changed.notify_all()  # a leader waiting for the last one can go
-        self._drain()
+        self._commit.hand_over(running, outcome)
 
-    def _run(self, claim: Claim, ctx: TaskContext) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends
-        """One attempt, where its task says; None if it was already recorded (enforced)."""
-        started = time.monotonic()
-        try:
-            definition = self.registry.get(claim.name)
-            if ctx.environment == Environment.PROCESS:
-                return self._run_in_process(definition, claim, ctx)
-            if definition.is_async:
-                value: Any = self._run_async(definition, claim, ctx)
-            elif definition.pass_context:
-                value = definition.fn(ctx, **claim.args)
-            else:
-                value = definition.fn(**claim.args)
-            result = canonical_json(value, f"the result of task {claim.name!r}")
-        except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
-            if ctx.cancel_requested:
-                return Outcome(claim, cancelled=True)
-            return self._failure(claim, exc)
-        except TimeoutError as exc:
-            if ctx.timed_out:  # the async timeout: cancelled at its next await
-                return self._failure(claim, _overran(definition, started))
-            return self._failure(claim, exc)
-        except Exception as exc:
-            return self._failure(claim, exc)
-        if ctx.timed_out:
-            # Finished, but too late: a timed-out attempt is a failure wherever it ran.
-            return self._failure(claim, _overran(definition, started))
-        return Outcome(
-            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
-        )
+    def _back_off(self, failures: int, error: StoreError) -> None:
+        """A full disk or an I/O error may pass: wait, and let :meth:`run` try again
+        (a bounded number of times, then it gives up loudly)."""
+        delay = min(0.1 * 2 ** (failures - 1), 5.0)
+        log.error("store error (%s in a row), retrying in %.1fs: %s", failures, delay, error)
+        clock = self.scheduler.clock
+        clock.wait(self._wakeup, clock.now() + timedelta(seconds=delay))
 
-    def _run_in_process(
-        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
-    ) -> Outcome | None:
-        started = time.monotonic()
-        detail = f"terminated after {self.cancel_grace:g}s grace: cancellation enforced"
+    def _on_change(self, error: Exception | None) -> bool:
+        """From the change watcher's thread: another process committed (or it failed).
 
-        def enforce() -> None:
-            # Invalidate the claim before the child dies: whatever it was about to
-            # report can no longer count.
-            with self._lock:
-                running = self._active.get(claim.task_id)
-            if running is not None:
-                running.ended = True
-            try:
-                self.scheduler.store.acknowledge_cancel(
-                    claim, self.scheduler.clock.now(), detail=detail
-                )
-            except DurableSchedError as e:
-                # The request is stored: the reclaim of the lapsed lease ends it CANCELLED.
-                log.error("could not record the enforced cancel of task %s: %s", claim.task_id, e)
-
-        ended = run_in_child(
-            definition,
-            claim.args,
-            ctx,
-            deadline=ctx.deadline,
-            cancel_grace=self.cancel_grace,
-            on_enforce=enforce,
-        )
-        if ended.how == "terminated":
-            log.info(
-                "%s: task %s (%s) attempt %s: its process was terminated",
-                "lease lost" if ctx.lease_lost else "cancel enforced",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-            )
-            return None
-        if ended.how == "timeout":
-            return self._failure(claim, _overran(definition, started, killed=True))
-        if ended.how == "cancelled":
-            return Outcome(claim, cancelled=True)
-        if ended.error is not None:
-            return self._failure_info(claim, ended.error)
-        return Outcome(claim, result=ended.result, children=ended.children)
-
-    def _run_async(self, definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
-        """An ``async def`` task on the worker's event loop; cancel arrives at its next await."""
-        loop = self._event_loop()
-
-        async def call() -> Any:
-            task = asyncio.current_task()
-            assert task is not None
-            ctx._on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
-            if definition.pass_context:
-                awaitable = definition.fn(ctx, **claim.args)
-            else:
-                awaitable = definition.fn(**claim.args)
-            if ctx.deadline is None:
-                return await awaitable
-            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
-                return await awaitable
-
-        return asyncio.run_coroutine_threadsafe(call(), loop).result()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="durablesched-asyncio", daemon=True
-                ).start()
-                self._loop = loop
-            return self._loop
-
-    def _environment_of(self, definition: TaskDefinition) -> Environment:
-        if definition.environment is not None:
-            return Environment(definition.environment)
-        return self.environment
-
-    def _process_names(self) -> frozenset[str]:
-        """The names whose attempts run in a child process (their cancel is enforced)."""
-        names = self.registry.names
-        cached = self._process_cache
-        if cached is None or cached[0] is not names:
-            chosen = frozenset(
-                n
-                for n in names
-                if self._environment_of(self.registry.get(n)) == Environment.PROCESS
-            )
-            self._process_cache = (names, chosen)
-            return chosen
-        return cached[1]
-
-    def _failure(self, claim: Claim, exc: BaseException) -> Outcome:
-        return self._failure_info(claim, ErrorInfo.from_exception(exc))
-
-    def _failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
-        now = self.scheduler.clock.now()
-        retry_at = None if claim.exhausted else now + self._retry_delay(claim.name, claim.attempt)
-        return Outcome(claim, error=error, retry_at=retry_at)
-
-    def _drain(self) -> None:
-        """Group commit: whichever thread gets here first records everything pending.
-
-        Others just leave their outcome in the list and go; the leader loops
-        until the list is empty, so every outcome waiting while one transaction
-        commits shares the next one.
+        Handed to the watcher as this attribute when :meth:`run` starts (tests
+        wrap it); :meth:`ChangeWatch.on_change` says what it answers.
         """
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return
-            if not self._flush_lock.acquire(blocking=False):
-                return  # the leader will see what we left
-            try:
-                batch = self._gather()
-                recorded = self._flush(batch) if batch else True
-            finally:
-                self._flush_lock.release()
-            if not recorded:
-                return
+        return self._watch.on_change(error)
 
-    def _gather(self) -> list[tuple[_Running, Outcome]]:
-        """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
-        still running here, so that short tasks share one commit (and one fsync)."""
-        deadline = time.monotonic() + self.commit_delay
-        with self._changed:
-            while len(self._pending) < len(self._active):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._changed.wait(remaining)
-            batch, self._pending = self._pending, []
-        return batch
-
-    def _flush(self, batch: list[tuple[_Running, Outcome]]) -> bool:
-        """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
-        limit = 0
-        if self._looping and not self._stopping.is_set():
-            with self._lock:
-                limit = self.concurrency - (len(self._active) - len(batch))
-        try:
-            results, claims = self.scheduler.store.record_and_claim(
-                [outcome for _, outcome in batch],
-                self.scheduler.clock.now(),
-                owner=self.owner,
-                limit=limit,
-                lease=self.lease,
-                names=self.registry.names,
-                process_names=self._process_names(),
-            )
-        except DurableSchedError as e:
-            # Kept to retry on the next pass; the leases stay renewed meanwhile.
-            log.error("could not record %s outcome(s), will retry: %s", len(batch), e)
-            with self._lock:
-                self._pending[:0] = batch
-            return False
-        finished: list[_Running] = []
-        again: list[tuple[_Running, Outcome]] = []
-        for (running, outcome), result in zip(batch, results, strict=True):
-            if isinstance(result, Exception):
-                # Its effects raised (or it acknowledged an unrequested cancellation):
-                # nothing of it was written; record the attempt as failed instead.
-                again.append((running, self._failure(running.claim, result)))
-                continue
-            self._log_outcome(running, outcome, result)
-            finished.append(running)
-        if again:
-            with self._lock:
-                self._pending.extend(again)
-        self._forget(finished, nudge=False)
-        self._launch(claims)
-        self._nudge_if_free()  # only now: the slots may be full again
-        return True
-
-    def _forget(self, done: list[_Running], *, nudge: bool = True) -> None:
-        with self._changed:
-            for running in done:
-                self._active.pop(running.claim.task_id, None)
-            if not self._active and self._unsubscribe is not None:
-                self._unsubscribe()
-                self._unsubscribe = None
-            self._changed.notify_all()
+    def _on_event(self, event: str, task_id: int) -> None:
+        """From the scheduler, in this process: pass a cancel on at once; wake the loop."""
+        if event == "cancel":
+            running = self._slots.get(task_id)
+            if running is not None:
+                running.signals.request_cancel()
         self._wakeup.set()
-        if nudge:
-            self._nudge_if_free()
 
-    def _log_outcome(self, running: _Running, outcome: Outcome, state: TaskState | None) -> None:
-        if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):
-            return  # the common case, at --log-level warning: nothing to work out
-        claim = running.claim
-        elapsed = time.monotonic() - running.started
-        what = (
-            "failure"
-            if outcome.error
-            else "cancel acknowledgement"
-            if outcome.cancelled
-            else "success"
-        )
-        if state is None:
-            log.warning(
-                "lease lost: the %s of task %s (%s) attempt %s was discarded",
-                what,
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-            )
-        elif state is TaskState.SUCCEEDED:
-            log.info(
-                "success: task %s (%s) attempt %s in %.3fs",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-                elapsed,
-            )
-        elif state is TaskState.CANCELLED:
-            log.info(
-                "cancel: task %s (%s) attempt %s acknowledged in %.3fs",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-                elapsed,
-            )
-        else:
-            error = outcome.error
-            assert error is not None
-            retry = state is TaskState.RETRY_WAIT and outcome.retry_at is not None
-            log.log(
-                logging.WARNING if retry else logging.ERROR,
-                "%s: task %s (%s) attempt %s failed in %.3fs (%s: %s)%s",
-                "retry" if retry else "failure",
-                claim.task_id,
-                claim.name,
-                claim.attempt,
-                elapsed,
-                error.type.rsplit(".", 1)[-1],
-                error.message,
-                f"; next at {outcome.retry_at.isoformat()}"
-                if retry and outcome.retry_at
-                else "; no retry",
-            )
+    def _running_anywhere(self) -> bool:
+        return bool(self.scheduler.store.list_tasks(state=TaskState.RUNNING, limit=1))
 
-    def _retry_delay(self, name: str, attempt: int) -> timedelta:
-        return self.registry.retry_policy(name).delay(attempt, self._rng)
+    def _next_wake_time(self) -> datetime | None:
+        now = self.scheduler.clock.now()
+        times: list[datetime] = []
+        if self.active_count < self._options.concurrency:
+            nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
+            if nxt is not None:
+                times.append(nxt)
+        if self.active_count and self._leases.next_heartbeat is not None:
+            times.append(self._leases.next_heartbeat)
+        if self._watch.changed_elsewhere and self.active_count:
+            # A commit seen while an early heartbeat was not yet allowed: make it
+            # when it is (see ChangeWatch.on_change).
+            times.append(self._watch.early_heartbeat_at(now))
+        if self._leases.next_reclaim is not None:
+            times.append(self._leases.next_reclaim)
+        return min(times, default=None)
 
+    # -- the options, read-only -------------------------------------------------------------
 
-def _overran(definition: TaskDefinition, started: float, *, killed: bool = False) -> TaskTimeout:
-    assert definition.timeout is not None
-    limit = definition.timeout.total_seconds()
-    how = "its process was killed" if killed else f"it ran {time.monotonic() - started:.3f}s"
-    return TaskTimeout(f"timed out: the limit is {limit:g}s and {how}")
+    @property
+    def concurrency(self) -> int:
+        return self._options.concurrency
+
+    @property
+    def lease(self) -> timedelta:
+        return self._options.lease
+
+    @property
+    def heartbeat_interval(self) -> timedelta:
+        return self._options.heartbeat_interval
+
+    @property
+    def owner(self) -> str:
+        return self._options.owner
+
+    @property
+    def poll_interval(self) -> float:
+        return self._options.poll_interval
+
+    @property
+    def commit_delay(self) -> float:
+        return self._options.commit_delay
+
+    @property
+    def max_store_failures(self) -> int:
+        return self._options.max_store_failures
+
+    @property
+    def environment(self) -> Environment:
+        return self._options.environment
+
+    @property
+    def cancel_grace(self) -> float:
+        return self._options.cancel_grace
+
+    @property
+    def _reclaim_interval(self) -> timedelta:
+        """How often run_once() looks for expired leases (tests slow it down)."""
+        return self._leases.reclaim_interval
+
+    @_reclaim_interval.setter
+    def _reclaim_interval(self, interval: timedelta) -> None:
+        self._leases.reclaim_interval = interval

@@ -1,0 +1,222 @@
+"""One attempt of a task: its context, its call where the task says, its end as an Outcome.
+
+Runs on the task thread that took the attempt, holding no lock of the
+worker's while user code runs. A plain function is called on that thread; an
+``async def`` one runs on the worker's event loop, in the one thread this
+module owns (``durablesched-asyncio``, started on first use), while the task
+thread waits for it; an attempt in the process environment runs in a child
+forked by :mod:`durablesched.worker.environments`, which the task thread
+watches. Timeouts and cancellation end up here as an :class:`Outcome` (or as
+none, when an enforced cancel was already recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from durablesched.context import AttemptSignals, TaskContext
+from durablesched.errors import DurableSchedError, TaskCancelled, TaskTimeout
+from durablesched.records import Claim, Environment, ErrorInfo, Outcome
+from durablesched.registry import TaskDefinition, TaskRegistry
+from durablesched.scheduler import Scheduler
+from durablesched.submission import canonical_json
+from durablesched.worker.environments import run_in_child
+from durablesched.worker.options import WorkerOptions
+from durablesched.worker.slots import Running, Slots
+
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
+
+
+class AttemptRunner:
+    """Runs the attempts of one worker's claims and says how each ended.
+
+    Reads the options ``environment`` (where a task that does not say runs its
+    attempts) and ``cancel_grace``; retry delays draw their jitter from ``rng``.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        registry: TaskRegistry,
+        slots: Slots,
+        options: WorkerOptions,
+        rng: random.Random,
+    ) -> None:
+        self._scheduler = scheduler
+        self._registry = registry
+        self._slots = slots
+        self._environment = options.environment
+        self._cancel_grace = options.cancel_grace
+        self._rng = rng
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+        #: (registry names, those that run in a process), recomputed if the names change.
+        self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
+
+    def prepare(self, claims: list[Claim]) -> list[Running]:
+        """The record of each claimed attempt, with the context its task will see."""
+        started = []
+        for claim in claims:
+            signals = AttemptSignals()
+            ctx = TaskContext(claim, self._scheduler, signals)
+            definition = self._registry.get(claim.name)
+            ctx.environment = self.environment_of(definition)
+            if definition.timeout is not None:
+                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            started.append(Running(claim, ctx, signals))
+        return started
+
+    def run(self, running: Running) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends
+        """One attempt, where its task says; None if it was already recorded (enforced)."""
+        claim, ctx = running.claim, running.context
+        started = time.monotonic()
+        try:
+            definition = self._registry.get(claim.name)
+            if ctx.environment == Environment.PROCESS:
+                return self._run_in_process(definition, claim, ctx, running.signals)
+            if definition.is_async:
+                value: Any = self._run_async(definition, claim, ctx, running.signals)
+            elif definition.pass_context:
+                value = definition.fn(ctx, **claim.args)
+            else:
+                value = definition.fn(**claim.args)
+            result = canonical_json(value, f"the result of task {claim.name!r}")
+        except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+            if ctx.cancel_requested:
+                return Outcome(claim, cancelled=True)
+            return self.failure(claim, exc)
+        except TimeoutError as exc:
+            if ctx.timed_out:  # the async timeout: cancelled at its next await
+                return self.failure(claim, _overran(definition, started))
+            return self.failure(claim, exc)
+        except Exception as exc:
+            return self.failure(claim, exc)
+        if ctx.timed_out:
+            # Finished, but too late: a timed-out attempt is a failure wherever it ran.
+            return self.failure(claim, _overran(definition, started))
+        return Outcome(
+            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
+        )
+
+    def _run_in_process(
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
+    ) -> Outcome | None:
+        started = time.monotonic()
+        detail = f"terminated after {self._cancel_grace:g}s grace: cancellation enforced"
+
+        def enforce() -> None:
+            # Invalidate the claim before the child dies: whatever it was about to
+            # report can no longer count.
+            running = self._slots.get(claim.task_id)
+            if running is not None:
+                running.ended = True
+            try:
+                self._scheduler.store.acknowledge_cancel(
+                    claim, self._scheduler.clock.now(), detail=detail
+                )
+            except DurableSchedError as e:
+                # The request is stored: the reclaim of the lapsed lease ends it CANCELLED.
+                log.error("could not record the enforced cancel of task %s: %s", claim.task_id, e)
+
+        ended = run_in_child(
+            definition,
+            claim.args,
+            ctx,
+            deadline=ctx.deadline,
+            cancel_grace=self._cancel_grace,
+            on_enforce=enforce,
+            signals=signals,
+        )
+        if ended.how == "terminated":
+            log.info(
+                "%s: task %s (%s) attempt %s: its process was terminated",
+                "lease lost" if ctx.lease_lost else "cancel enforced",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+            )
+            return None
+        if ended.how == "timeout":
+            return self.failure(claim, _overran(definition, started, killed=True))
+        if ended.how == "cancelled":
+            return Outcome(claim, cancelled=True)
+        if ended.error is not None:
+            return self.failure_info(claim, ended.error)
+        return Outcome(claim, result=ended.result, children=ended.children)
+
+    def _run_async(
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
+    ) -> Any:
+        """An ``async def`` task on the worker's event loop; cancel arrives at its next await."""
+        loop = self._event_loop()
+
+        async def call() -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            if definition.pass_context:
+                awaitable = definition.fn(ctx, **claim.args)
+            else:
+                awaitable = definition.fn(**claim.args)
+            if ctx.deadline is None:
+                return await awaitable
+            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
+                return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="durablesched-asyncio", daemon=True
+                ).start()
+                self._loop = loop
+            return self._loop
+
+    def environment_of(self, definition: TaskDefinition) -> Environment:
+        if definition.environment is not None:
+            return Environment(definition.environment)
+        return self._environment
+
+    def process_names(self) -> frozenset[str]:
+        """The names whose attempts run in a child process (their cancel is enforced)."""
+        names = self._registry.names
+        cached = self._process_cache
+        if cached is None or cached[0] is not names:
+            chosen = frozenset(
+                n
+                for n in names
+                if self.environment_of(self._registry.get(n)) == Environment.PROCESS
+            )
+            self._process_cache = (names, chosen)
+            return chosen
+        return cached[1]
+
+    def failure(self, claim: Claim, exc: BaseException) -> Outcome:
+        return self.failure_info(claim, ErrorInfo.from_exception(exc))
+
+    def failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
+        now = self._scheduler.clock.now()
+        retry_at = None if claim.exhausted else now + self.retry_delay(claim.name, claim.attempt)
+        return Outcome(claim, error=error, retry_at=retry_at)
+
+    def retry_delay(self, name: str, attempt: int) -> timedelta:
+        return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _overran(definition: TaskDefinition, started: float, *, killed: bool = False) -> TaskTimeout:
+    assert definition.timeout is not None
+    limit = definition.timeout.total_seconds()
+    how = "its process was killed" if killed else f"it ran {time.monotonic() - started:.3f}s"
+    return TaskTimeout(f"timed out: the limit is {limit:g}s and {how}")

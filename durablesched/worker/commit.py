@@ -1,0 +1,216 @@
+"""The group commit: outcomes of many attempts recorded in one transaction, fenced by their claims.
+
+Runs on whichever thread hands an outcome over (a task thread) or asks for a
+drain (the claim loop, for outcomes whose recording failed; ``shutdown``);
+owns no thread. The first to arrive becomes the leader, holding the flush
+lock, and records everything pending; the others leave their outcome and go
+back to running tasks. The pending list is guarded by the slots' lock, since
+the leader waits for it to catch up with the running attempts. No lock is
+held while the store records (or while user code runs anywhere).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from durablesched.errors import DurableSchedError
+from durablesched.records import Claim, Outcome
+from durablesched.registry import TaskRegistry
+from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
+from durablesched.worker.attempt import AttemptRunner
+from durablesched.worker.options import WorkerOptions
+from durablesched.worker.slots import Running, Slots
+from durablesched.worker.watch import ChangeWatch
+
+# The logger name the worker's lines have always carried, whichever module
+# logs them: people filter logs by it.
+log = logging.getLogger("durablesched.worker")
+
+
+class GroupCommit:
+    """Records the outcomes of a worker's attempts, many to a transaction.
+
+    The leader waits up to ``commit_delay`` for the tasks still running here,
+    then records what is pending and, while the worker loops (``looping``),
+    claims into the slots this frees in the same transaction, handing the new
+    claims to ``launch``. A slot stays taken until its outcome is committed.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        registry: TaskRegistry,
+        slots: Slots,
+        options: WorkerOptions,
+        *,
+        attempts: AttemptRunner,
+        watch: ChangeWatch,
+        launch: Callable[[list[Claim]], None],
+        stopping: threading.Event,
+        wakeup: threading.Event,
+    ) -> None:
+        self._scheduler = scheduler
+        self._registry = registry
+        self._slots = slots
+        self._lock = slots.lock
+        self._changed = slots.changed
+        self._active = slots.active
+        self._options = options
+        self._attempts = attempts
+        self._watch = watch
+        self._launch = launch
+        self._stopping = stopping
+        self._wakeup = wakeup
+        #: Outcomes waiting for the next group commit, with their tasks.
+        self._pending: list[tuple[Running, Outcome]] = []
+        self._flush_lock = threading.Lock()
+        #: True while run() loops: then a group commit also claims into freed slots.
+        self.looping = False
+
+    def hand_over(self, running: Running, outcome: Outcome) -> None:
+        """On a task thread: leave the outcome for the next commit; lead that if none is."""
+        running.ended = True
+        with self._changed:
+            self._pending.append((running, outcome))
+            if len(self._pending) >= len(self._active):
+                self._changed.notify_all()  # a leader waiting for the last one can go
+        self.drain()
+
+    def drain(self) -> None:
+        """Group commit: whichever thread gets here first records everything pending.
+
+        Others just leave their outcome in the list and go; the leader loops
+        until the list is empty, so every outcome waiting while one transaction
+        commits shares the next one.
+        """
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+            if not self._flush_lock.acquire(blocking=False):
+                return  # the leader will see what we left
+            try:
+                batch = self._gather()
+                recorded = self._flush(batch) if batch else True
+            finally:
+                self._flush_lock.release()
+            if not recorded:
+                return
+
+    def _gather(self) -> list[tuple[Running, Outcome]]:
+        """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
+        still running here, so that short tasks share one commit (and one fsync)."""
+        deadline = time.monotonic() + self._options.commit_delay
+        with self._changed:
+            while len(self._pending) < len(self._active):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            batch, self._pending = self._pending, []
+        return batch
+
+    def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
+        """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
+        limit = 0
+        if self.looping and not self._stopping.is_set():
+            with self._lock:
+                limit = self._options.concurrency - (len(self._active) - len(batch))
+        try:
+            results, claims = self._scheduler.store.record_and_claim(
+                [outcome for _, outcome in batch],
+                self._scheduler.clock.now(),
+                owner=self._options.owner,
+                limit=limit,
+                lease=self._options.lease,
+                names=self._registry.names,
+                process_names=self._attempts.process_names(),
+            )
+        except DurableSchedError as e:
+            # Kept to retry on the next pass; the leases stay renewed meanwhile.
+            log.error("could not record %s outcome(s), will retry: %s", len(batch), e)
+            with self._lock:
+                self._pending[:0] = batch
+            return False
+        finished: list[Running] = []
+        again: list[tuple[Running, Outcome]] = []
+        for (running, outcome), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                # Its effects raised (or it acknowledged an unrequested cancellation):
+                # nothing of it was written; record the attempt as failed instead.
+                again.append((running, self._attempts.failure(running.claim, result)))
+                continue
+            _log_outcome(running, outcome, result)
+            finished.append(running)
+        if again:
+            with self._lock:
+                self._pending.extend(again)
+        self.forget(finished, nudge=False)
+        self._launch(claims)
+        self._watch.nudge_if_free()  # only now: the slots may be full again
+        return True
+
+    def forget(self, done: list[Running], *, nudge: bool = True) -> None:
+        """Free the slots of attempts that are over (recorded, or never to be), and say so."""
+        self._slots.remove(done)
+        self._wakeup.set()
+        if nudge:
+            self._watch.nudge_if_free()
+
+
+def _log_outcome(running: Running, outcome: Outcome, state: TaskState | None) -> None:
+    if state is TaskState.SUCCEEDED and not log.isEnabledFor(logging.INFO):
+        return  # the common case, at --log-level warning: nothing to work out
+    claim = running.claim
+    elapsed = time.monotonic() - running.started
+    what = (
+        "failure" if outcome.error else "cancel acknowledgement" if outcome.cancelled else "success"
+    )
+    if state is None:
+        log.warning(
+            "lease lost: the %s of task %s (%s) attempt %s was discarded",
+            what,
+            claim.task_id,
+            claim.name,
+            claim.attempt,
+        )
+    elif state is TaskState.SUCCEEDED:
+        log.info(
+            "success: task %s (%s) attempt %s in %.3fs",
+            claim.task_id,
+            claim.name,
+            claim.attempt,
+            elapsed,
+        )
+    elif state is TaskState.CANCELLED:
+        log.info(
+            "cancel: task %s (%s) attempt %s acknowledged in %.3fs",
+            claim.task_id,
+            claim.name,
+            claim.attempt,
+            elapsed,
+        )
+    else:
+        _log_failure(claim, outcome, state, elapsed)
+
+
+def _log_failure(claim: Claim, outcome: Outcome, state: TaskState, elapsed: float) -> None:
+    error = outcome.error
+    assert error is not None
+    retry = state is TaskState.RETRY_WAIT and outcome.retry_at is not None
+    log.log(
+        logging.WARNING if retry else logging.ERROR,
+        "%s: task %s (%s) attempt %s failed in %.3fs (%s: %s)%s",
+        "retry" if retry else "failure",
+        claim.task_id,
+        claim.name,
+        claim.attempt,
+        elapsed,
+        error.type.rsplit(".", 1)[-1],
+        error.message,
+        f"; next at {outcome.retry_at.isoformat()}" if retry and outcome.retry_at else "; no retry",
+    )

@@ -1,0 +1,91 @@
+"""A worker's options, checked once: what each part of the worker is built with.
+
+No threads: read-only values, made in ``Worker.__init__`` and shared by
+its parts, so that an option is checked, defaulted and documented in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from durablesched.clock import positive_duration
+from durablesched.errors import ConfigurationError
+from durablesched.records import Environment
+from durablesched.records import environment as parse_environment
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """The ``Worker`` constructor's options, checked; ``Worker`` documents them."""
+
+    #: How many attempts run here at once: the slots.
+    concurrency: int
+    #: How long a claim lasts without a heartbeat.
+    lease: timedelta
+    #: How often the held leases are renewed (shorter than the lease).
+    heartbeat_interval: timedelta
+    #: Whose claims these are, in the store: host, process and a random part by default.
+    owner: str
+    #: How often an idle worker looks for commits by other processes (seconds),
+    #: where inotify cannot tell it at once.
+    poll_interval: float
+    #: How long a finished task's outcome may wait for others still running here,
+    #: to share their commit (seconds). Trades a little latency for throughput.
+    commit_delay: float
+    #: How many store errors in a row run() backs off from before it raises.
+    max_store_failures: int
+    #: Where a task that does not say runs its attempts (docs/execution.md).
+    environment: Environment
+    #: Seconds a task in the process environment has to stop by itself once
+    #: asked, before its process is terminated.
+    cancel_grace: float
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        concurrency: int,
+        lease: timedelta | float,
+        heartbeat_interval: timedelta | float | None,
+        owner: str | None,
+        poll_interval: float,
+        commit_delay: float,
+        max_store_failures: int,
+        environment: str | Environment,
+        cancel_grace: float,
+    ) -> WorkerOptions:
+        """The options as given to ``Worker``, defaulted, or a ConfigurationError."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        checked_lease = positive_duration(lease, "lease")
+        return cls(
+            concurrency=concurrency,
+            lease=checked_lease,
+            heartbeat_interval=_heartbeat_interval(heartbeat_interval, checked_lease),
+            owner=owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            poll_interval=poll_interval,
+            commit_delay=commit_delay,
+            max_store_failures=max_store_failures,
+            environment=parse_environment(environment),
+            cancel_grace=_cancel_grace(cancel_grace),
+        )
+
+
+def _heartbeat_interval(interval: timedelta | float | None, lease: timedelta) -> timedelta:
+    """A third of the lease unless given; shorter than the lease either way."""
+    checked = lease / 3 if interval is None else positive_duration(interval, "heartbeat_interval")
+    if checked >= lease:
+        raise ConfigurationError("heartbeat_interval must be shorter than the lease")
+    return checked
+
+
+def _cancel_grace(seconds: float) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"cancel_grace must be seconds, got {seconds!r}")
+    if seconds < 0:
+        raise ConfigurationError(f"cancel_grace must not be negative, got {seconds!r}")
+    return float(seconds)

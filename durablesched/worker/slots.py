@@ -1,0 +1,97 @@
+"""The attempts running in a worker: its slots, and the waits on them.
+
+Shared by every thread of the worker, owning none: the claim loop and the
+group commit's leader add attempts, task threads and the leader remove them,
+heartbeats read them, tests wait on them. One lock guards the set (and the
+group commit's pending outcomes, which are counted against it); its condition
+wakes whoever waits for the set to change.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from durablesched.context import AttemptSignals, TaskContext
+from durablesched.records import Claim
+
+
+@dataclass(slots=True)
+class Running:
+    """One attempt running here, from its claim until its outcome is committed."""
+
+    claim: Claim
+    context: TaskContext
+    #: What the worker tells the attempt (cancel, lost lease); its context reads them.
+    signals: AttemptSignals
+    started: float = field(default_factory=time.monotonic)
+    #: Its outcome was handed over for recording (or its cancel enforced): a
+    #: heartbeat that no longer finds its claim is then no sign of a lost lease.
+    ended: bool = False
+
+
+class Slots:
+    """The attempts running here, by task id; a slot stays taken until its outcome commits.
+
+    While any attempt runs, the worker hears this process's cancel requests:
+    ``subscribe()`` is called when the first one arrives and what it returned
+    (the unsubscribe) when the last one leaves, under the lock.
+    """
+
+    def __init__(self, subscribe: Callable[[], Callable[[], None]]) -> None:
+        self.lock = threading.Lock()
+        #: Notified whenever the set changes (and when the last pending outcome arrives).
+        self.changed = threading.Condition(self.lock)
+        #: Read without the lock only for a count, as a hint.
+        self.active: dict[int, Running] = {}
+        self._subscribe = subscribe
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def add(self, started: list[Running]) -> None:
+        with self.changed:
+            if not self.active:
+                # Hear this process's cancel requests while we hold tasks.
+                self._unsubscribe = self._subscribe()
+            for running in started:
+                self.active[running.claim.task_id] = running
+            self.changed.notify_all()
+
+    def remove(self, done: list[Running]) -> None:
+        with self.changed:
+            for running in done:
+                self.active.pop(running.claim.task_id, None)
+            if not self.active and self._unsubscribe is not None:
+                self._unsubscribe()
+                self._unsubscribe = None
+            self.changed.notify_all()
+
+    def get(self, task_id: int) -> Running | None:
+        with self.lock:
+            return self.active.get(task_id)
+
+    def held(self) -> dict[int, Running]:
+        """A copy of the set, to act on without the lock (a heartbeat, a lease check)."""
+        with self.lock:
+            return {task_id: r for task_id, r in self.active.items()}
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no attempt runs here (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while self.active:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self.changed.wait(remaining):
+                    return not self.active
+            return True
+
+    def wait_running(self, count: int, timeout: float) -> bool:
+        """Block until at least ``count`` attempts run here (True) or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while len(self.active) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self.changed.wait(remaining):
+                    return len(self.active) >= count
+            return True
