@@ -176,13 +176,8 @@ class MemoryStore:
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
     ) -> bool:
-        """Record SUCCEEDED with ``result``, the children and the effects, atomically,
-        with the task's idempotency key: one outcome outside a group commit.
-
-        Not on the :class:`Store` protocol (the worker records through
-        ``record_and_claim``); for tools and tests. False (nothing written) if the
-        claim is not valid; an effect that raises undoes everything and propagates.
-        """
+        """As :meth:`SQLStore.complete <durablesched.store.sql.store.SQLStore.complete>`;
+        effects are refused (no database). Also the in-memory group commit's step."""
         if effects:
             raise UnsupportedOperationError(
                 "the in-memory backend has no database: effects registered with "
@@ -202,9 +197,7 @@ class MemoryStore:
     def fail(
         self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
     ) -> TaskState | None:
-        """Record a failed attempt, RETRY_WAIT due at ``retry_at`` or FAILED (None, or a
-        requested cancellation): one outcome outside a group commit, for tools and
-        tests. Returns the new state, or None if the claim is not valid."""
+        """As :meth:`SQLStore.fail <durablesched.store.sql.store.SQLStore.fail>`."""
         with self._lock:
             task = self._valid(claim, claim.owner, now)
             if task is None:
