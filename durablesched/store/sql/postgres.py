@@ -208,25 +208,34 @@ class PostgresStore(SQLStore):
         """A clock that follows the server's, for every worker and submitter on any host."""
         return ServerClock(self.server_time)
 
-    def watch_changes(self, poll_interval: float = 0.01) -> NotifyWatcher:
-        return NotifyWatcher(self.engine)
+    def watch_changes(
+        self, poll_interval: float = 0.01, *, safety_poll: float | None = 1.0
+    ) -> NotifyWatcher:
+        """A LISTEN watcher; ``poll_interval`` is unused (PostgreSQL tells), and
+        ``safety_poll`` is :class:`NotifyWatcher`'s wake-up whatever it hears."""
+        return NotifyWatcher(self.engine, safety_poll=safety_poll)
 
 
 class NotifyWatcher:
     """LISTENs for submissions (NOTIFY is delivered when the submitter commits).
 
-    It also wakes the worker every :attr:`SAFETY_POLL` seconds whatever it
-    hears, so a lost notification (a dropped connection) delays work by at most
-    that. A broken connection is reopened; it never stops the worker.
+    It also wakes the worker every ``safety_poll`` seconds (:attr:`SAFETY_POLL`
+    by default) whatever it hears, so a lost notification (a dropped connection)
+    delays work by at most that; ``safety_poll=None`` turns that off, so that
+    only a NOTIFY (or a reconnection) wakes it. A broken connection is
+    reopened; it never stops the worker.
     """
 
-    #: Seconds between wake-ups when nothing is heard.
+    #: Seconds between wake-ups when nothing is heard, unless told otherwise.
     SAFETY_POLL = 1.0
     #: How often the listening thread checks that it should stop.
     _TICK = 0.2
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, safety_poll: float | None = SAFETY_POLL) -> None:
+        if safety_poll is not None and safety_poll <= 0:
+            raise ConfigurationError(f"safety_poll must be positive or None, got {safety_poll}")
         self._engine = engine
+        self._safety_poll = safety_poll
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = self._listen()
@@ -259,7 +268,8 @@ class NotifyWatcher:
         group commits, so this watcher never keeps quiet."""
 
     def _watch(self, on_change: OnChange) -> None:
-        next_poll = time.monotonic() + self.SAFETY_POLL
+        poll = self._safety_poll if self._safety_poll is not None else float("inf")
+        next_poll = time.monotonic() + poll
         while not self._closed.is_set():
             heard = False
             try:
@@ -278,7 +288,7 @@ class NotifyWatcher:
             if time.monotonic() >= next_poll:
                 heard = True
             if heard and not self._closed.is_set():
-                next_poll = time.monotonic() + self.SAFETY_POLL
+                next_poll = time.monotonic() + poll
                 on_change(None)
 
     def _drop(self) -> None:
