@@ -36,9 +36,12 @@ def test_a_write_kept_waiting_by_another_connection_warns(
     holder = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     submitted = threading.Event()
-    waiter = threading.Thread(
-        target=lambda: (store.submit([NewTask("t", {}, T0, 1)], T0), submitted.set())
-    )
+
+    def submit() -> None:
+        store.submit([NewTask("t", {}, T0, 1)], T0)
+        submitted.set()
+
+    waiter = threading.Thread(target=submit)
     try:
         held_since = time.monotonic()
         waiter.start()
