@@ -10,10 +10,13 @@ upgraded into a write); reads run in deferred transactions on the same pool.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -43,6 +46,8 @@ from durablesched.store.sql.translate import translated
 from durablesched.store.sql.urls import sqlite_url
 
 __all__ = ["SQLITE", "DataVersionWatcher", "SQLiteStore", "create_sqlite_engine"]
+
+log = logging.getLogger("durablesched.store")
 
 # -- the statements that are SQLite's own -------------------------------------------------------
 
@@ -113,6 +118,9 @@ SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
+#: Bytes of WAL a checkpoint leaves on disk (``PRAGMA journal_size_limit``), and the
+#: size past which a writer truncates it (docs/durability.md, "A long reader").
+WAL_LIMIT = 64 * 2**20
 
 
 def _prepare_file(url: str, file_mode: int) -> None:
@@ -148,8 +156,12 @@ def create_sqlite_engine(
     busy_timeout: float = 30.0,
     pool_size: int = 8,
     file_mode: int = 0o600,
+    wal_limit: int = WAL_LIMIT,
 ) -> Engine:
     """An engine with WAL, foreign keys, a busy timeout and IMMEDIATE write transactions.
+
+    ``wal_limit`` is the connections' ``journal_size_limit``: the WAL a
+    checkpoint leaves behind is cut to it.
 
     Connections from ``engine.execution_options(durablesched_read=True)``
     begin deferred transactions instead, for reads.
@@ -188,6 +200,7 @@ def create_sqlite_engine(
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(f"PRAGMA journal_size_limit = {int(wal_limit)}")
         finally:
             cursor.close()
 
@@ -220,6 +233,7 @@ class SQLiteStore(SQLStore):
         migrate: bool = False,
         busy_timeout: float = 30.0,
         file_mode: int = 0o600,
+        wal_limit: int = WAL_LIMIT,
     ) -> None:
         # SQLite's own busy handler waits up to LOCK_WAIT per try; on top of it we
         # retry with jittered backoff until ``busy_timeout`` has passed in all.
@@ -228,14 +242,101 @@ class SQLiteStore(SQLStore):
             durability=durability,
             busy_timeout=min(LOCK_WAIT, busy_timeout),
             file_mode=file_mode,
+            wal_limit=wal_limit,
         )
         self.durability = durability
         #: The opened file's (device, inode): a watcher compares against it later.
         self._identity = _file_identity(_file_path(engine))
+        path = _file_path(engine)
+        self._wal = WalLimit(engine, None if path is None else Path(f"{path}-wal"), wal_limit)
         super().__init__(engine, SQLITE, migrate=migrate, busy_timeout=busy_timeout)
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        with super()._write(what) as conn:
+            yield conn
+        self._wal.after_commit()
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint and cut the WAL to nothing now, without waiting for readers; False
+        (and nothing lost) if a reader still holds a snapshot in it."""
+        return self._wal.truncate()
 
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
+
+
+class WalLimit:
+    """Keeps the WAL near its limit: a writer past it truncates it once readers let go.
+
+    SQLite cannot reset the WAL while a reader holds a snapshot in it, so a
+    reader left open under load lets it grow without bound; after it ends, the
+    WAL would stay at its high-water mark (and reads slow down with its size).
+    After a commit, at most every :attr:`CHECK_INTERVAL` seconds, the writer
+    looks at the WAL's size (one ``stat``) and, past ``limit``, runs
+    ``wal_checkpoint(TRUNCATE)`` with no busy wait: it either empties the WAL
+    or finds a reader still in it and leaves the rest for the next look.
+    """
+
+    #: Seconds between two looks at the WAL's size (0: after every commit).
+    CHECK_INTERVAL = 1.0
+
+    def __init__(self, engine: Engine, wal: Path | None, limit: int) -> None:
+        self._engine = engine
+        self._path = wal
+        self.limit = limit
+        self.check_interval = self.CHECK_INTERVAL
+        self._next_check = 0.0
+        self._busy = threading.Lock()
+        #: Whether the last truncation found a reader in the way (warned once per episode).
+        self._held = False
+
+    def after_commit(self) -> None:
+        if self._path is None:
+            return
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_interval
+        try:
+            size = self._path.stat().st_size
+        except OSError:
+            return
+        if size > self.limit:
+            self.truncate(size)
+
+    def truncate(self, size: int | None = None) -> bool:
+        if not self._busy.acquire(blocking=False):
+            return False  # another thread is at it
+        try:
+            raw = self._engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                try:
+                    timeout_ms = _pragma(cursor, "PRAGMA busy_timeout")[0]
+                    cursor.execute("PRAGMA busy_timeout = 0")
+                    try:
+                        busy = _pragma(cursor, "PRAGMA wal_checkpoint(TRUNCATE)")[0]
+                    finally:
+                        cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+                finally:
+                    cursor.close()
+            finally:
+                raw.close()
+        except sqlite3.Error as e:
+            log.debug("truncating the WAL failed: %s", e)
+            return False
+        finally:
+            self._busy.release()
+        if busy and not self._held and size is not None:
+            log.warning(
+                "the WAL is %.0f MiB, past its %.0f MiB limit, and cannot be truncated: "
+                "a reader holds a snapshot open (docs/durability.md)",
+                size / 2**20,
+                self.limit / 2**20,
+            )
+        self._held = bool(busy)
+        return not busy
 
 
 class DataVersionWatcher:
@@ -363,6 +464,13 @@ class DataVersionWatcher:
         if self._inotify is not None:
             self._inotify.close()
         self._conn.close()
+
+
+def _pragma(cursor: Any, sql: str) -> tuple[Any, ...]:
+    cursor.execute(sql)
+    row = cursor.fetchone()
+    assert row is not None, sql
+    return tuple(row)
 
 
 def _file_path(engine: Engine) -> Path | None:
