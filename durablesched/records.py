@@ -226,6 +226,8 @@ class CancelOutcome(StrEnum):
 
 #: A task submitted without a key gets this prefix and its id as its effects' key.
 TASK_KEY_PREFIX = "durablesched-task-"
+#: The detail of a task's first history line: it was submitted (PENDING, attempt 0).
+SUBMITTED = "submitted"
 
 
 def effective_key(task_id: int, submit_key: str | None) -> str:

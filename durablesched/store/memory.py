@@ -21,6 +21,7 @@ from durablesched.errors import (
     UnsupportedOperationError,
 )
 from durablesched.records import (
+    SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
@@ -405,7 +406,7 @@ class MemoryStore:
             finished_at=None,
         )
         self._tasks[task_id] = task
-        self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, None)]
+        self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, SUBMITTED)]
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))

@@ -39,6 +39,8 @@ class SQLDialect:
     complete_many: str
     next_due_named: TextClause
     insert_task: str
+    #: The submission lines of tasks ``:first`` to ``:last`` (statements.SUBMITTED_EVENTS).
+    submitted_events: str
     insert_events: str
     record_keys: str
     #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.

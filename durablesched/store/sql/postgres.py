@@ -36,6 +36,7 @@ from durablesched.store.sql.statements import (
     NAMES_FILTER,
     NAMES_IN,
     RECORD_KEYS,
+    SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -134,6 +135,7 @@ POSTGRES = SQLDialect(
     complete_many=pyformat(COMPLETE_MANY),
     next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
     insert_task=INSERT_TASK.format(p="%s"),
+    submitted_events=pyformat(SUBMITTED_EVENTS),
     insert_events=INSERT_EVENTS.format(p="%s"),
     record_keys=RECORD_KEYS.format(p="%s"),
     time=as_utc,

@@ -40,6 +40,7 @@ from durablesched.store.sql.statements import (
     NAMES_FILTER,
     NAMES_IN,
     RECORD_KEYS,
+    SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -106,6 +107,7 @@ SQLITE = SQLDialect(
     complete_many=COMPLETE_MANY,
     next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
     insert_task=INSERT_TASK.format(p="?"),
+    submitted_events=SUBMITTED_EVENTS,
     insert_events=INSERT_EVENTS.format(p="?"),
     record_keys=RECORD_KEYS.format(p="?"),
     time=to_db_time,

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine
 
 from durablesched.errors import TaskNotFoundError
 from durablesched.records import (
+    SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
@@ -119,16 +120,23 @@ class SQLStore(Transactions):
 
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._read(f"reading the history of task {task_id}") as conn:
-            created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
             rows = conn.execute(SQL_HISTORY, {"id": task_id}).all()
-        if created is None:
-            return []
-        # Submission is the row itself; later transitions are in task_events.
-        events = [TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, None)]
-        events.extend(
+            first = rows[0] if rows else None
+            created = None
+            if first is None or not _is_submission(first.state, first.attempt, first.detail):
+                # Submitted by a version that wrote no submission line: it is the
+                # task's creation, as that version read it.
+                created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
+                if created is None:
+                    return []
+        events = [
             TaskEvent(r.task_id, from_db_time(r.at), TaskState(r.state), r.attempt, r.detail)
             for r in rows
-        )
+        ]
+        if created is not None:
+            events.insert(
+                0, TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, SUBMITTED)
+            )
         return events
 
     def list_tasks(
@@ -387,6 +395,11 @@ class SQLStore(Transactions):
     ) -> list[tuple[int, str]]:
         """Store tasks handed over by database ``source``, each at most once ever."""
         return moving.receive(self, source, moved, now)
+
+
+def _is_submission(state: str, attempt: int, detail: str | None) -> bool:
+    """A submission line: the one written with the task, or a moved task's first."""
+    return state == "PENDING" and attempt == 0 and (detail or "").startswith(SUBMITTED)
 
 
 def _running_cancel(environment: str | None) -> CancelOutcome:
