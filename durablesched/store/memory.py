@@ -21,11 +21,15 @@ from durablesched.errors import (
     UnsupportedOperationError,
 )
 from durablesched.records import (
+    FINDING_IDS,
+    OVERDUE_AFTER,
     SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
     ErrorInfo,
+    Finding,
+    HealthReport,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -369,6 +373,29 @@ class MemoryStore:
         if due is not None:
             leases.append(due)
         return min(leases, default=None)
+
+    def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
+        """As :meth:`Operator.check <durablesched.store.protocol.Operator.check>`: expired
+        leases and overdue tasks (memory has no file or schema to check)."""
+        with self._lock:
+            expired = sorted(
+                (t.lease_expires_at, t.id)
+                for t in (self._tasks[i] for i in self._running)
+                if t.lease_expires_at is not None and t.lease_expires_at <= now
+            )
+            overdue = sorted(
+                (t.due_at, t.seq, t.id)
+                for t in self._tasks.values()
+                if t.state in CLAIMABLE and t.due_at < now - overdue_after
+            )
+        findings: list[Finding] = []
+        if expired:
+            ids = tuple(i for _, i in expired[:FINDING_IDS])
+            findings.append(Finding.expired_leases(len(expired), expired[0][0], ids, now))
+        if overdue:
+            ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
+            findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
+        return HealthReport(tuple(findings))
 
     def watch_changes(self, poll_interval: float = 0.01) -> None:
         """No other process can write here: in-process notifications are enough."""

@@ -24,7 +24,13 @@ from urllib.parse import quote
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from durablesched.errors import DurableSchedError, SchemaError, StoreError
+from durablesched.errors import (
+    DatabaseNotFoundError,
+    DurableSchedError,
+    SchemaError,
+    StoreError,
+)
+from durablesched.records import Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
@@ -98,6 +104,23 @@ NEXT_DUE_NAMED = (
     "ORDER BY due_at, seq LIMIT 1"
 )
 
+
+def integrity(conn: Connection) -> list[Finding]:
+    """``PRAGMA integrity_check``: SQLite reads every page and index of the file."""
+    rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
+    if rows == ["ok"]:
+        return []
+    return [
+        Finding(
+            "integrity",
+            f"integrity_check found {len(rows)} problem{'s' if len(rows) != 1 else ''}, "
+            f"the first: {rows[0]}",
+            "stop the workers and restore the file from a backup, or recover what can be "
+            "read with `sqlite3 FILE .recover | sqlite3 NEW.db`",
+        )
+    ]
+
+
 #: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
 SQLITE = SQLDialect(
     name="sqlite",
@@ -111,6 +134,7 @@ SQLITE = SQLDialect(
     insert_events=INSERT_EVENTS.format(p="?"),
     record_keys=RECORD_KEYS.format(p="?"),
     time=to_db_time,
+    integrity=integrity,
 )
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -125,8 +149,9 @@ LOCK_WAIT = 5.0
 WAL_LIMIT = 64 * 2**20
 
 
-def _prepare_file(url: str, file_mode: int) -> None:
-    """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``."""
+def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
+    """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``
+    (a missing one is :class:`DatabaseNotFoundError` unless ``create``)."""
     database = make_url(url).database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
@@ -139,6 +164,8 @@ def _prepare_file(url: str, file_mode: int) -> None:
                 if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
                     raise SchemaError(f"{path} is not a SQLite database")
         return
+    if not create:
+        raise DatabaseNotFoundError(f"no such database: {path}")
     if not path.parent.is_dir():
         raise StoreError(f"cannot create {path}: the directory {path.parent} does not exist")
     try:
@@ -159,18 +186,24 @@ def create_sqlite_engine(
     pool_size: int = 8,
     file_mode: int = 0o600,
     wal_limit: int = WAL_LIMIT,
+    create: bool = True,
+    readonly: bool = False,
 ) -> Engine:
     """An engine with WAL, foreign keys, a busy timeout and IMMEDIATE write transactions.
 
     ``wal_limit`` is the connections' ``journal_size_limit``: the WAL a
-    checkpoint leaves behind is cut to it.
+    checkpoint leaves behind is cut to it. Without ``create`` a missing file
+    is :class:`DatabaseNotFoundError`. ``readonly`` opens the file with
+    ``mode=ro`` (nothing can be written, nothing is created: see
+    :func:`_read_only`), changes no setting of the file and begins every
+    transaction deferred.
 
     Connections from ``engine.execution_options(durablesched_read=True)``
     begin deferred transactions instead, for reads.
     """
     synchronous = SYNCHRONOUS[check_durability(durability)]
     url = sqlite_url(db)
-    _prepare_file(url, file_mode)
+    _prepare_file(url, file_mode, create=create and not readonly)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -186,6 +219,8 @@ def create_sqlite_engine(
         def _open_existing(
             _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]
         ) -> sqlite3.Connection:
+            if readonly:
+                return _read_only(path, cparams)
             # mode=rw: a connection opened later, after the file was removed, must
             # fail rather than quietly create a new, empty database in its place.
             uri = f"file:{quote(str(path), safe='/')}?mode=rw"
@@ -199,7 +234,8 @@ def create_sqlite_engine(
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if not readonly:  # a reader changes nothing of the file, not even its journal
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.execute(f"PRAGMA journal_size_limit = {int(wal_limit)}")
@@ -208,12 +244,45 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("durablesched_read"):
+        if readonly or conn.get_execution_options().get("durablesched_read"):
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _read_only(path: Path, cparams: dict[str, Any]) -> sqlite3.Connection:
+    """A connection that can neither write nor create anything, even in a directory
+    the user cannot write to.
+
+    ``mode=ro`` reads a WAL database through its ``-shm`` index, which SQLite
+    creates when the last connection to the file closed and removed it; in a
+    directory we cannot write to it cannot (SQLITE_READONLY_DIRECTORY). If no
+    ``-wal`` file exists either, every commit is in the main file, and it is
+    read with ``immutable=1``: without locks, as of that moment. If a ``-wal``
+    exists without a ``-shm`` we could read, what it holds cannot be read:
+    refused, saying so.
+    """
+    base = f"file:{quote(str(path), safe='/')}?mode=ro"
+    connection: sqlite3.Connection = sqlite3.connect(base, uri=True, **cparams)
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return connection
+    except sqlite3.OperationalError as e:
+        connection.close()
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+        if code not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            raise
+        if Path(f"{path}-wal").exists():
+            raise StoreError(
+                f"cannot read {path}: its WAL ({path}-wal) holds commits that can only be "
+                f"read through {path}-shm, which is missing or unreadable and cannot be "
+                f"created in {path.parent} (not writable by this user): run as the "
+                "database's owner, or while one of its workers is running"
+            ) from None
+    immutable: sqlite3.Connection = sqlite3.connect(f"{base}&immutable=1", uri=True, **cparams)
+    return immutable
 
 
 class SQLiteStore(SQLStore):
@@ -225,6 +294,12 @@ class SQLiteStore(SQLStore):
     with ``file_mode`` (owner read/write only by default). ``durability="full"``
     (the default) survives power loss; ``"normal"`` survives process crashes
     but may lose the last commits on power loss (docs/durability.md).
+
+    ``create=False`` creates nothing: a missing file is
+    :class:`DatabaseNotFoundError`, a file without the schema
+    :class:`SchemaMissingError`. ``readonly=True`` (which implies it) opens the
+    file read-only, for reading tools (``durablesched ls``): writes fail, and it
+    works in a directory the user cannot write to (see :func:`_read_only`).
     """
 
     def __init__(
@@ -236,6 +311,9 @@ class SQLiteStore(SQLStore):
         busy_timeout: float = 30.0,
         file_mode: int = 0o600,
         wal_limit: int = WAL_LIMIT,
+        create: bool = True,
+        readonly: bool = False,
+        verify_schema: bool = True,
     ) -> None:
         # SQLite's own busy handler waits up to LOCK_WAIT per try; on top of it we
         # retry with jittered backoff until ``busy_timeout`` has passed in all.
@@ -245,13 +323,23 @@ class SQLiteStore(SQLStore):
             busy_timeout=min(LOCK_WAIT, busy_timeout),
             file_mode=file_mode,
             wal_limit=wal_limit,
+            create=create,
+            readonly=readonly,
         )
+        self.readonly = readonly
         self.durability = durability
         #: The opened file's (device, inode): a watcher compares against it later.
         self._identity = _file_identity(_file_path(engine))
         path = _file_path(engine)
         self._wal = WalLimit(engine, None if path is None else Path(f"{path}-wal"), wal_limit)
-        super().__init__(engine, SQLITE, migrate=migrate, busy_timeout=busy_timeout)
+        super().__init__(
+            engine,
+            SQLITE,
+            migrate=migrate and not readonly,
+            busy_timeout=busy_timeout,
+            create=create and not readonly,
+            verify_schema=verify_schema,
+        )
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:

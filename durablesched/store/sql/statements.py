@@ -250,6 +250,29 @@ SQL_PURGE_BATCH = text(
     "ORDER BY finished_at LIMIT :batch)"
 )
 
+# -- the health check ----------------------------------------------------------------------------
+
+#: How many RUNNING tasks are on a lease that expired at or before ``:now``, and the oldest expiry.
+SQL_EXPIRED_COUNT = text(
+    "SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at <= :now"
+)
+#: The first ``:limit`` of them, oldest expiry first.
+SQL_EXPIRED_IDS = text(
+    "SELECT id FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now "
+    "ORDER BY lease_expires_at, id LIMIT :limit"
+)
+#: How many claimable tasks were due before ``:before`` and are still unclaimed.
+SQL_UNCLAIMED_COUNT = text(
+    f"SELECT count(*) AS n, min(due_at) AS oldest FROM tasks WHERE {CLAIMABLE_SQL} "
+    "AND due_at < :before"
+)
+#: The first ``:limit`` of them, in claim order.
+SQL_UNCLAIMED_IDS = text(
+    f"SELECT id FROM tasks WHERE {CLAIMABLE_SQL} AND due_at < :before "
+    "ORDER BY due_at, seq LIMIT :limit"
+)
+
 # -- moving live tasks from one database to another ----------------------------------------------
 
 #: This database's random identity, made by its migrations.

@@ -23,11 +23,13 @@ from sqlalchemy import Connection, Engine
 
 from durablesched.errors import TaskNotFoundError
 from durablesched.records import (
+    OVERDUE_AFTER,
     SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
     ErrorInfo,
+    HealthReport,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -40,11 +42,11 @@ from durablesched.records import (
 )
 from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
-from durablesched.store.sql import group_commit, moving, operator_actions, reclaiming
+from durablesched.store.sql import checking, group_commit, moving, operator_actions, reclaiming
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows
 from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
-from durablesched.store.sql.migrate import check_schema
+from durablesched.store.sql.migrate import check_schema, current_revision
 from durablesched.store.sql.outcomes import (
     claim_params,
     record_cancel,
@@ -83,11 +85,19 @@ class SQLStore(Transactions):
         *,
         migrate: bool = False,
         busy_timeout: float = 30.0,
+        create: bool = True,
+        verify_schema: bool = True,
     ) -> None:
         super().__init__(engine, dialect, busy_timeout=busy_timeout)
         try:
             with translated(f"opening {engine.url.render_as_string(hide_password=True)}"):
-                self.schema_revision = check_schema(engine, migrate=migrate)
+                #: The schema revision stored in the database ("" for none, possible
+                #: only with ``verify_schema=False``, which a health check uses).
+                self.schema_revision = (
+                    check_schema(engine, migrate=migrate, create=create)
+                    if verify_schema
+                    else _stored_revision(engine)
+                )
         except BaseException:
             engine.dispose()
             raise
@@ -364,6 +374,10 @@ class SQLStore(Transactions):
         """Counts per state, the oldest overdue task, running leases, recent failures."""
         return operator_actions.stats(self, now)
 
+    def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
+        """Integrity, schema revision, expired leases, overdue tasks: what is wrong."""
+        return checking.check(self, now, overdue_after)
+
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:
         """Delete finished tasks finished before ``before``; returns how many."""
         return operator_actions.purge(self, before, batch=batch)
@@ -395,6 +409,13 @@ class SQLStore(Transactions):
     ) -> list[tuple[int, str]]:
         """Store tasks handed over by database ``source``, each at most once ever."""
         return moving.receive(self, source, moved, now)
+
+
+def _stored_revision(engine: Engine) -> str:
+    with engine.connect() as conn:
+        revision = current_revision(conn)
+        conn.rollback()
+    return revision or ""
 
 
 def _is_submission(state: str, attempt: int, detail: str | None) -> bool:
