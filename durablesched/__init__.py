@@ -5,12 +5,14 @@ from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
 from .context import TaskContext as TaskContext
 from .errors import ConfigurationError as ConfigurationError
+from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
 from .errors import LeaseExpired as LeaseExpired
 from .errors import ProcessCrashed as ProcessCrashed
 from .errors import SchemaError as SchemaError
+from .errors import SchemaMissingError as SchemaMissingError
 from .errors import StoreError as StoreError
 from .errors import TaskCancelled as TaskCancelled
 from .errors import TaskNotFoundError as TaskNotFoundError
@@ -20,6 +22,8 @@ from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
+from .records import Finding as Finding
+from .records import HealthReport as HealthReport
 from .records import QueueStats as QueueStats
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
@@ -41,9 +45,12 @@ __all__ = [
     "Claim",
     "Clock",
     "ConfigurationError",
+    "DatabaseNotFoundError",
     "DurableSchedError",
     "DurableStore",
     "ErrorInfo",
+    "Finding",
+    "HealthReport",
     "InvalidTaskError",
     "InvalidTransitionError",
     "LeaseExpired",
@@ -57,6 +64,7 @@ __all__ = [
     "SQLiteStore",
     "Scheduler",
     "SchemaError",
+    "SchemaMissingError",
     "Store",
     "StoreError",
     "SystemClock",

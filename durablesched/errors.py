@@ -11,7 +11,9 @@ DurableSchedError
 ├── ProcessCrashed                      recorded: an attempt's child process died unreported
 ├── StoreError                          the backend could not do what was asked
 │   ├── UnsupportedOperationError       this backend cannot do it at all
+│   ├── DatabaseNotFoundError           opened without creating, and there is none
 │   └── SchemaError                     the database is not one we can use as is
+│       └── SchemaMissingError          opened without creating, and it has no schema
 └── ConfigurationError (ValueError)     a worker or scheduler option is out of range
 """
 
@@ -70,8 +72,17 @@ class UnsupportedOperationError(StoreError):
     """The backend cannot do this at all (for example database effects in memory)."""
 
 
+class DatabaseNotFoundError(StoreError):
+    """Opened without creating (``create=False``, ``readonly=True``): no such database."""
+
+
 class SchemaError(StoreError):
     """The database is not a durablesched database this code can use as it is."""
+
+
+class SchemaMissingError(SchemaError):
+    """Opened without creating, the database has no durablesched schema: run
+    ``durablesched migrate`` to create it."""
 
 
 class ConfigurationError(DurableSchedError, ValueError):

@@ -6,7 +6,7 @@ import builtins
 import traceback as _traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
@@ -226,6 +226,8 @@ class CancelOutcome(StrEnum):
 
 #: A task submitted without a key gets this prefix and its id as its effects' key.
 TASK_KEY_PREFIX = "durablesched-task-"
+#: The detail of a task's first history line: it was submitted (PENDING, attempt 0).
+SUBMITTED = "submitted"
 
 
 def effective_key(task_id: int, submit_key: str | None) -> str:
@@ -285,3 +287,71 @@ class QueueStats(TypedDict):
     overdue_by_name: list[OverdueName]
     running: list[RunningTask]
     failures_last_hour: list[RecentFailure]
+
+
+# -- a health check (``Operator.check``, ``durablesched check``) ----------------------------------
+
+#: How long past its due time a claimable task may wait before a check reports it.
+OVERDUE_AFTER = timedelta(minutes=5)
+#: How many task ids a finding names at most.
+FINDING_IDS = 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something a check found wrong, in one line, and what to do about it."""
+
+    #: What was checked: "database", "integrity", "schema", "leases" or "overdue".
+    check: str
+    problem: str
+    advice: str
+    #: The tasks concerned (at most :data:`FINDING_IDS`), oldest first.
+    task_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def expired_leases(
+        cls, count: int, oldest: datetime, task_ids: tuple[int, ...], now: datetime
+    ) -> Finding:
+        seconds = (now - oldest).total_seconds()
+        return cls(
+            "leases",
+            f"{count} RUNNING task{'s' if count != 1 else ''} on an expired lease "
+            f"(the oldest expired {seconds:.0f}s ago)",
+            "a running worker reclaims them on its next pass (their attempt counts and "
+            "they are retried); if they stay, no worker is running: start one",
+            task_ids,
+        )
+
+    @classmethod
+    def overdue(
+        cls,
+        count: int,
+        oldest: datetime,
+        task_ids: tuple[int, ...],
+        now: datetime,
+        after: timedelta,
+    ) -> Finding:
+        seconds = (now - oldest).total_seconds()
+        return cls(
+            "overdue",
+            f"{count} task{'s' if count != 1 else ''} due more than {after.total_seconds():g}s "
+            f"ago and not claimed (the oldest due {seconds:.0f}s ago)",
+            "is a worker running, with an --app that registers these task names, and a free "
+            "slot? `durablesched stats` shows them by name",
+            task_ids,
+        )
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """What :meth:`~durablesched.store.protocol.Operator.check` found; healthy if nothing."""
+
+    findings: tuple[Finding, ...]
+    #: The database's schema revision (None: no schema, or a backend without one).
+    revision: str | None = None
+    #: The revision this release needs (None for a backend without a schema).
+    head: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings

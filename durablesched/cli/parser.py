@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from durablesched.cli import operate, schema, tasks, worker
+from durablesched.cli import check, operate, schema, tasks, worker
 from durablesched.cli.options import Commands, Parser, option, switch
 
 #: Each command module adds its commands; their order is the order in ``--help``.
@@ -16,6 +16,7 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     worker.register,
     tasks.register,
     operate.register,
+    check.register,
 )
 
 

@@ -21,10 +21,15 @@ from durablesched.errors import (
     UnsupportedOperationError,
 )
 from durablesched.records import (
+    FINDING_IDS,
+    OVERDUE_AFTER,
+    SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
     ErrorInfo,
+    Finding,
+    HealthReport,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -362,6 +367,29 @@ class MemoryStore:
             leases.append(due)
         return min(leases, default=None)
 
+    def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
+        """As :meth:`Operator.check <durablesched.store.protocol.Operator.check>`: expired
+        leases and overdue tasks (memory has no file or schema to check)."""
+        with self._lock:
+            expired = sorted(
+                (t.lease_expires_at, t.id)
+                for t in (self._tasks[i] for i in self._running)
+                if t.lease_expires_at is not None and t.lease_expires_at <= now
+            )
+            overdue = sorted(
+                (t.due_at, t.seq, t.id)
+                for t in self._tasks.values()
+                if t.state in CLAIMABLE and t.due_at < now - overdue_after
+            )
+        findings: list[Finding] = []
+        if expired:
+            ids = tuple(i for _, i in expired[:FINDING_IDS])
+            findings.append(Finding.expired_leases(len(expired), expired[0][0], ids, now))
+        if overdue:
+            ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
+            findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
+        return HealthReport(tuple(findings))
+
     def watch_changes(self, poll_interval: float = 0.01) -> None:
         """No other process can write here: in-process notifications are enough."""
         return None
@@ -398,7 +426,7 @@ class MemoryStore:
             finished_at=None,
         )
         self._tasks[task_id] = task
-        self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, None)]
+        self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, SUBMITTED)]
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))

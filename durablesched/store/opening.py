@@ -14,12 +14,26 @@ from durablesched.store.sql.urls import is_postgres_url
 
 
 def open_store(
-    db: str | os.PathLike[str], *, durability: Durability = "full", migrate: bool = False
+    db: str | os.PathLike[str],
+    *,
+    durability: Durability = "full",
+    migrate: bool = False,
+    create: bool = True,
+    readonly: bool = False,
+    verify_schema: bool = True,
 ) -> DurableStore:
-    """A :class:`PostgresStore` for a ``postgresql://`` URL, else a :class:`SQLiteStore`."""
+    """A :class:`PostgresStore` for a ``postgresql://`` URL, else a :class:`SQLiteStore`.
+
+    ``create=False`` creates nothing: no file (:class:`DatabaseNotFoundError`), no
+    schema (:class:`SchemaMissingError`). ``readonly=True`` implies it and opens the
+    database so that nothing can be written (what ``ls``, ``show``, ``stats`` and
+    ``check`` use). ``verify_schema=False`` opens a database at any revision, for
+    :meth:`~durablesched.store.protocol.Operator.check` to report on.
+    """
+    modes = {"create": create, "readonly": readonly, "verify_schema": verify_schema}
     if is_postgres_url(db):
-        return PostgresStore(str(db), durability=durability, migrate=migrate)
-    return SQLiteStore(db, durability=durability, migrate=migrate)
+        return PostgresStore(str(db), durability=durability, migrate=migrate, **modes)
+    return SQLiteStore(db, durability=durability, migrate=migrate, **modes)
 
 
 def create_engine_for(db: str | os.PathLike[str], *, durability: Durability = "full") -> Engine:

@@ -15,8 +15,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from durablesched.records import (
+    OVERDUE_AFTER,
     CancelOutcome,
     Claim,
+    HealthReport,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -225,7 +227,8 @@ class Store(Protocol):
 class Operator(Protocol):
     """What the CLI and operators' tools need of a durable store besides :class:`Store`.
 
-    Implemented by the SQL backends; the in-memory backend has no operator.
+    Implemented by the SQL backends; the in-memory backend has no operator (it
+    offers :meth:`check` alone, with the same answers).
     """
 
     #: Transactions that found the database busy and were retried (a sign of contention).
@@ -241,6 +244,18 @@ class Operator(Protocol):
 
     def stats(self, now: datetime) -> QueueStats:
         """Counts per state, the oldest overdue task, running leases, recent failures."""
+        ...
+
+    def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
+        """What is wrong, each with what to do; nothing changes.
+
+        The database's own integrity (SQLite's ``integrity_check``; on PostgreSQL,
+        that its tables and indexes exist and are valid), its schema revision
+        against this release's, RUNNING tasks whose lease expired at or before
+        ``now`` (a worker should reclaim them), and claimable tasks due more than
+        ``overdue_after`` before ``now`` that nobody claimed. Healthy if it finds
+        nothing; a damaged database is a finding, not an exception.
+        """
         ...
 
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:

@@ -11,6 +11,7 @@ from durablesched import (
     ErrorInfo,
     InvalidTransitionError,
     ManualClock,
+    TaskEvent,
     TaskNotFoundError,
     TaskState,
 )
@@ -85,6 +86,29 @@ def test_complete_records_result_and_history(store: BackendStore) -> None:
         TaskState.RUNNING,
         TaskState.SUCCEEDED,
     ]
+
+
+def test_history_starts_with_the_submission_of_every_task(store: BackendStore) -> None:
+    # The bulk path (no keys), the keyed path (a repeat of a key is not a new task)
+    # and children stored with a success each write one submission line per task.
+    bulk = store.submit([new("a"), new("b")], T0)
+    keyed = store.submit([new("k", key="x"), new("k", key="x"), new("c")], at(11))
+    assert [s.created for s in keyed] == [True, False, True]
+    (claim,) = store.claim("w", 1, at(10), LEASE)
+    assert store.complete(claim, None, at(12), children=[new("child")])
+    (child,) = store.list_tasks(name="child")
+    expected = {s.task_id: T0 for s in bulk} | {keyed[0].task_id: at(11), keyed[2].task_id: at(11)}
+    expected[child.id] = at(12)
+    for task_id, submitted_at in expected.items():
+        first, *rest = store.history(task_id)
+        assert first == TaskEvent(task_id, submitted_at, TaskState.PENDING, 0, "submitted")
+        assert all(e.detail != "submitted" for e in rest)
+    assert [e.state for e in store.history(claim.task_id)] == [
+        TaskState.PENDING,
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
+    assert store.history(999) == []
 
 
 def test_outcome_with_a_stale_claim_changes_nothing(store: BackendStore) -> None:

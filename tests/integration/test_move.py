@@ -81,6 +81,19 @@ def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLS
         assert source.history(source_id)[-1].detail == (
             f"moved to database {report.destination} as task {new_id} (was {after.state.value})"
         )
+        # There, its story starts with its submission (when and where it happened),
+        # then its arrival.
+        first, arrival = destination.history(new_id)
+        assert (first.at, first.state, first.attempt, first.detail) == (
+            before.created_at,
+            TaskState.PENDING,
+            0,
+            f"submitted to database {report.source} as task {source_id}",
+        )
+        assert (arrival.state, arrival.detail) == (
+            after.state,
+            f"copied from database {report.source} task {source_id}",
+        )
     flaky = destination.get(report.mapping[ids["flaky"]])
     assert flaky is not None and flaky.state is TaskState.RETRY_WAIT and flaky.attempts == 1
     assert flaky.last_error is not None and flaky.last_error.message == "try again"

@@ -4,6 +4,8 @@ the server's clock, NOTIFY wake-ups and clear errors for what PostgreSQL cannot 
 from __future__ import annotations
 
 import threading
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from freezegun import freeze_time
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
@@ -20,7 +23,25 @@ from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_post
 from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.urls import postgres_url
 
-from ..conftest import T0, WAIT, at
+from ..conftest import PG_URL, T0, WAIT, at, require_postgres
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A database of its own, dropped afterwards: NOTIFY reaches every listener in a
+    database, whatever its schema, so a schema of its own would hear other tests."""
+    require_postgres()
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need it
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin_url = PG_URL.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
@@ -160,18 +181,19 @@ def test_a_failed_clock_reading_keeps_the_last_offset() -> None:
     assert base <= second < base + timedelta(seconds=WAIT)
 
 
-def test_a_submit_wakes_a_listening_watcher_on_commit(pg_url: str) -> None:
-    store = PostgresStore(pg_url)
-    other = PostgresStore(pg_url)
-    watcher = store.watch_changes()
+def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
+    store = PostgresStore(pg_database)
+    other = PostgresStore(pg_database)
+    # No safety poll: only the NOTIFY sent by the submit can wake it (the test
+    # fails with the NOTIFY left out of the submitting transaction).
+    watcher = store.watch_changes(safety_poll=None)
     woke = threading.Event()
     watcher.start(lambda error: woke.set() if error is None else None)
     try:
-        woke.clear()
         with other.engine.begin() as conn:
             Scheduler(other, clock=ManualClock(T0)).submit("t", connection=conn)
-            # Not yet: NOTIFY is delivered when the transaction commits. (The
-            # safety poll may still wake it; the next check is what counts.)
+            # Not yet: NOTIFY is delivered when the transaction commits.
+            assert not woke.is_set()
         assert woke.wait(WAIT)
     finally:
         watcher.close()

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause
+from sqlalchemy import Connection, TextClause
+
+from durablesched.records import Finding
 
 
 def pyformat(sql: str) -> str:
@@ -39,10 +41,14 @@ class SQLDialect:
     complete_many: str
     next_due_named: TextClause
     insert_task: str
+    #: The submission lines of tasks ``:first`` to ``:last`` (statements.SUBMITTED_EVENTS).
+    submitted_events: str
     insert_events: str
     record_keys: str
     #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.
     time: Callable[[datetime], Any]
+    #: The database's own consistency check, in a read transaction: what it found.
+    integrity: Callable[[Connection], list[Finding]]
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.

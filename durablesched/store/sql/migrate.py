@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-from durablesched.errors import SchemaError
+from durablesched.errors import SchemaError, SchemaMissingError
 
 
 def migrations_dir() -> Path:
@@ -54,8 +54,9 @@ def upgrade(engine: Engine) -> str:
     return revision
 
 
-def check_schema(engine: Engine, *, migrate: bool) -> str:
-    """Make sure the database is at head: create a new one, upgrade if asked, else refuse."""
+def check_schema(engine: Engine, *, migrate: bool, create: bool = True) -> str:
+    """Make sure the database is at head: create a new one (unless ``create`` is False),
+    upgrade if asked, else refuse."""
     head = head_revision()
     with engine.connect() as conn:
         revision = current_revision(conn)
@@ -64,6 +65,11 @@ def check_schema(engine: Engine, *, migrate: bool) -> str:
     if revision == head:
         return revision
     if revision is None and not has_tables:
+        if not create:
+            raise SchemaMissingError(
+                f"{engine.url.render_as_string(hide_password=True)} has no durablesched "
+                "schema: run `durablesched migrate` to create it"
+            )
         return upgrade(engine)  # a brand-new database is created at head
     if revision is None:
         raise SchemaError(

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from durablesched.records import TaskRecord
+from durablesched.records import SUBMITTED, TaskRecord
 from durablesched.states import TaskState
 from durablesched.store.sql.codec import dump, error_json, record
 from durablesched.store.sql.statements import (
@@ -150,6 +150,15 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
             "created_at": tx._t(task.created_at),
             "now": stamp,
         },
+    )
+    # Its first line is its submission, when and where it happened; then its arrival.
+    tx._event(
+        conn,
+        new_id,
+        task.created_at,
+        TaskState.PENDING,
+        0,
+        f"{SUBMITTED} to database {source} as task {task.id}",
     )
     tx._event(
         conn, new_id, now, state, task.attempts, f"copied from database {source} task {task.id}"

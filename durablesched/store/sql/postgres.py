@@ -17,17 +17,17 @@ import time
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.records import TASK_KEY_PREFIX
+from durablesched.records import TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, pyformat
-from durablesched.store.sql.schema import CLAIMABLE_SQL
+from durablesched.store.sql.schema import CLAIMABLE_SQL, metadata
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,
@@ -36,6 +36,7 @@ from durablesched.store.sql.statements import (
     NAMES_FILTER,
     NAMES_IN,
     RECORD_KEYS,
+    SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -124,6 +125,51 @@ NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
 #: The server's clock, which every host's leases are judged by.
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
 
+#: Our tables and named indexes, which the health check looks for in the catalog.
+OUR_TABLES = tuple(sorted(metadata.tables))
+OUR_INDEXES = tuple(
+    sorted(ix.name for t in metadata.tables.values() for ix in t.indexes if ix.name)
+)
+#: Each of them in the current schema, with an index's validity.
+SQL_CATALOG = text(
+    "SELECT c.relname, c.relkind, i.indisvalid, i.indisready FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_index i ON i.indexrelid = c.oid "
+    "WHERE n.nspname = current_schema() AND c.relname IN :names"
+).bindparams(bindparam("names", expanding=True))
+
+
+def integrity(conn: Connection) -> list[Finding]:
+    """The catalog's word: our tables and indexes exist, and every index is valid (an
+    interrupted ``CREATE INDEX CONCURRENTLY`` or ``REINDEX`` leaves one that is not)."""
+    found = {
+        r.relname: r for r in conn.execute(SQL_CATALOG, {"names": [*OUR_TABLES, *OUR_INDEXES]})
+    }
+    if not found:
+        return []  # no schema at all: the schema check says so
+    findings = [
+        Finding(
+            "integrity",
+            f"{kind} {name} is missing",
+            "restore it: run `durablesched migrate` on an empty schema and move the tasks "
+            "(`durablesched move`), or restore from a backup",
+        )
+        for kind, names in (("table", OUR_TABLES), ("index", OUR_INDEXES))
+        for name in names
+        if name not in found
+    ]
+    findings.extend(
+        Finding(
+            "integrity",
+            f"index {name} is not valid",
+            f"rebuild it: REINDEX INDEX {name}",
+        )
+        for name in OUR_INDEXES
+        if name in found and not (found[name].indisvalid and found[name].indisready)
+    )
+    return findings
+
+
 #: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
 #: timestamptz, history written by the claim and group commit themselves.
 POSTGRES = SQLDialect(
@@ -134,9 +180,11 @@ POSTGRES = SQLDialect(
     complete_many=pyformat(COMPLETE_MANY),
     next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
     insert_task=INSERT_TASK.format(p="%s"),
+    submitted_events=pyformat(SUBMITTED_EVENTS),
     insert_events=INSERT_EVENTS.format(p="%s"),
     record_keys=RECORD_KEYS.format(p="%s"),
     time=as_utc,
+    integrity=integrity,
     driver=pyformat,
     lock_submissions=text(LOCK_SUBMISSIONS),
     notify=text(NOTIFY),
@@ -151,9 +199,10 @@ SYNCHRONOUS_COMMIT: dict[str, str] = {"full": "on", "normal": "off"}
 
 
 def create_postgres_engine(
-    db: str, *, durability: Durability = "full", pool_size: int = 8
+    db: str, *, durability: Durability = "full", pool_size: int = 8, readonly: bool = False
 ) -> Engine:
-    """An engine whose connections read JSONB as text and commit as ``durability`` says."""
+    """An engine whose connections read JSONB as text and commit as ``durability`` says;
+    with ``readonly``, every transaction is READ ONLY (the server refuses any write)."""
     synchronous_commit = SYNCHRONOUS_COMMIT[check_durability(durability)]
     try:
         import psycopg  # noqa: F401, PLC0415 - optional dependency, checked here for a clear error
@@ -172,6 +221,8 @@ def create_postgres_engine(
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         dbapi_connection.execute(f"SET synchronous_commit = {synchronous_commit}")
+        if readonly:
+            dbapi_connection.execute("SET default_transaction_read_only = on")
         dbapi_connection.autocommit = autocommit
 
     return engine
@@ -181,7 +232,9 @@ class PostgresStore(SQLStore):
     """A :class:`~durablesched.store.Store` in a PostgreSQL database, for workers on many hosts.
 
     ``db`` is a ``postgresql://`` or ``postgresql+psycopg://`` URL. The schema
-    is created or checked as for SQLite. Claims use ``FOR UPDATE SKIP LOCKED``;
+    is created or checked as for SQLite (``create=False`` creates nothing: a
+    database without the schema is :class:`SchemaMissingError`; ``readonly=True``
+    implies it, and runs every transaction READ ONLY). Claims use ``FOR UPDATE SKIP LOCKED``;
     a submit wakes idle workers with NOTIFY when it commits. Lease times are
     judged by the server's clock (:meth:`server_clock`), so hosts whose clocks
     disagree still agree on expiry.
@@ -194,10 +247,22 @@ class PostgresStore(SQLStore):
         durability: Durability = "full",
         migrate: bool = False,
         pool_size: int = 8,
+        create: bool = True,
+        readonly: bool = False,
+        verify_schema: bool = True,
     ) -> None:
-        engine = create_postgres_engine(db, durability=durability, pool_size=pool_size)
+        engine = create_postgres_engine(
+            db, durability=durability, pool_size=pool_size, readonly=readonly
+        )
         self.durability = durability
-        super().__init__(engine, POSTGRES, migrate=migrate)
+        self.readonly = readonly
+        super().__init__(
+            engine,
+            POSTGRES,
+            migrate=migrate and not readonly,
+            create=create and not readonly,
+            verify_schema=verify_schema,
+        )
 
     def server_time(self) -> datetime:
         """The server's clock, now."""
@@ -208,25 +273,34 @@ class PostgresStore(SQLStore):
         """A clock that follows the server's, for every worker and submitter on any host."""
         return ServerClock(self.server_time)
 
-    def watch_changes(self, poll_interval: float = 0.01) -> NotifyWatcher:
-        return NotifyWatcher(self.engine)
+    def watch_changes(
+        self, poll_interval: float = 0.01, *, safety_poll: float | None = 1.0
+    ) -> NotifyWatcher:
+        """A LISTEN watcher; ``poll_interval`` is unused (PostgreSQL tells), and
+        ``safety_poll`` is :class:`NotifyWatcher`'s wake-up whatever it hears."""
+        return NotifyWatcher(self.engine, safety_poll=safety_poll)
 
 
 class NotifyWatcher:
     """LISTENs for submissions (NOTIFY is delivered when the submitter commits).
 
-    It also wakes the worker every :attr:`SAFETY_POLL` seconds whatever it
-    hears, so a lost notification (a dropped connection) delays work by at most
-    that. A broken connection is reopened; it never stops the worker.
+    It also wakes the worker every ``safety_poll`` seconds (:attr:`SAFETY_POLL`
+    by default) whatever it hears, so a lost notification (a dropped connection)
+    delays work by at most that; ``safety_poll=None`` turns that off, so that
+    only a NOTIFY (or a reconnection) wakes it. A broken connection is
+    reopened; it never stops the worker.
     """
 
-    #: Seconds between wake-ups when nothing is heard.
+    #: Seconds between wake-ups when nothing is heard, unless told otherwise.
     SAFETY_POLL = 1.0
     #: How often the listening thread checks that it should stop.
     _TICK = 0.2
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, safety_poll: float | None = SAFETY_POLL) -> None:
+        if safety_poll is not None and safety_poll <= 0:
+            raise ConfigurationError(f"safety_poll must be positive or None, got {safety_poll}")
         self._engine = engine
+        self._safety_poll = safety_poll
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = self._listen()
@@ -259,7 +333,8 @@ class NotifyWatcher:
         group commits, so this watcher never keeps quiet."""
 
     def _watch(self, on_change: OnChange) -> None:
-        next_poll = time.monotonic() + self.SAFETY_POLL
+        poll = self._safety_poll if self._safety_poll is not None else float("inf")
+        next_poll = time.monotonic() + poll
         while not self._closed.is_set():
             heard = False
             try:
@@ -278,7 +353,7 @@ class NotifyWatcher:
             if time.monotonic() >= next_poll:
                 heard = True
             if heard and not self._closed.is_set():
-                next_poll = time.monotonic() + self.SAFETY_POLL
+                next_poll = time.monotonic() + poll
                 on_change(None)
 
     def _drop(self) -> None:

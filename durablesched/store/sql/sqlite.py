@@ -10,10 +10,13 @@ upgraded into a write); reads run in deferred transactions on the same pool.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +24,13 @@ from urllib.parse import quote
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from durablesched.errors import DurableSchedError, SchemaError, StoreError
+from durablesched.errors import (
+    DatabaseNotFoundError,
+    DurableSchedError,
+    SchemaError,
+    StoreError,
+)
+from durablesched.records import Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
@@ -37,12 +46,15 @@ from durablesched.store.sql.statements import (
     NAMES_FILTER,
     NAMES_IN,
     RECORD_KEYS,
+    SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
 from durablesched.store.sql.urls import sqlite_url
 
 __all__ = ["SQLITE", "DataVersionWatcher", "SQLiteStore", "create_sqlite_engine"]
+
+log = logging.getLogger("durablesched.store")
 
 # -- the statements that are SQLite's own -------------------------------------------------------
 
@@ -92,6 +104,23 @@ NEXT_DUE_NAMED = (
     "ORDER BY due_at, seq LIMIT 1"
 )
 
+
+def integrity(conn: Connection) -> list[Finding]:
+    """``PRAGMA integrity_check``: SQLite reads every page and index of the file."""
+    rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
+    if rows == ["ok"]:
+        return []
+    return [
+        Finding(
+            "integrity",
+            f"integrity_check found {len(rows)} problem{'s' if len(rows) != 1 else ''}, "
+            f"the first: {rows[0]}",
+            "stop the workers and restore the file from a backup, or recover what can be "
+            "read with `sqlite3 FILE .recover | sqlite3 NEW.db`",
+        )
+    ]
+
+
 #: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
 SQLITE = SQLDialect(
     name="sqlite",
@@ -101,9 +130,11 @@ SQLITE = SQLDialect(
     complete_many=COMPLETE_MANY,
     next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
     insert_task=INSERT_TASK.format(p="?"),
+    submitted_events=SUBMITTED_EVENTS,
     insert_events=INSERT_EVENTS.format(p="?"),
     record_keys=RECORD_KEYS.format(p="?"),
     time=to_db_time,
+    integrity=integrity,
 )
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -113,10 +144,14 @@ SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
+#: Bytes of WAL a checkpoint leaves on disk (``PRAGMA journal_size_limit``), and the
+#: size past which a writer truncates it (docs/durability.md, "A long reader").
+WAL_LIMIT = 64 * 2**20
 
 
-def _prepare_file(url: str, file_mode: int) -> None:
-    """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``."""
+def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
+    """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``
+    (a missing one is :class:`DatabaseNotFoundError` unless ``create``)."""
     database = make_url(url).database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
@@ -129,6 +164,8 @@ def _prepare_file(url: str, file_mode: int) -> None:
                 if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
                     raise SchemaError(f"{path} is not a SQLite database")
         return
+    if not create:
+        raise DatabaseNotFoundError(f"no such database: {path}")
     if not path.parent.is_dir():
         raise StoreError(f"cannot create {path}: the directory {path.parent} does not exist")
     try:
@@ -148,15 +185,25 @@ def create_sqlite_engine(
     busy_timeout: float = 30.0,
     pool_size: int = 8,
     file_mode: int = 0o600,
+    wal_limit: int = WAL_LIMIT,
+    create: bool = True,
+    readonly: bool = False,
 ) -> Engine:
     """An engine with WAL, foreign keys, a busy timeout and IMMEDIATE write transactions.
+
+    ``wal_limit`` is the connections' ``journal_size_limit``: the WAL a
+    checkpoint leaves behind is cut to it. Without ``create`` a missing file
+    is :class:`DatabaseNotFoundError`. ``readonly`` opens the file with
+    ``mode=ro`` (nothing can be written, nothing is created: see
+    :func:`_read_only`), changes no setting of the file and begins every
+    transaction deferred.
 
     Connections from ``engine.execution_options(durablesched_read=True)``
     begin deferred transactions instead, for reads.
     """
     synchronous = SYNCHRONOUS[check_durability(durability)]
     url = sqlite_url(db)
-    _prepare_file(url, file_mode)
+    _prepare_file(url, file_mode, create=create and not readonly)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -172,6 +219,8 @@ def create_sqlite_engine(
         def _open_existing(
             _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]
         ) -> sqlite3.Connection:
+            if readonly:
+                return _read_only(path, cparams)
             # mode=rw: a connection opened later, after the file was removed, must
             # fail rather than quietly create a new, empty database in its place.
             uri = f"file:{quote(str(path), safe='/')}?mode=rw"
@@ -185,20 +234,55 @@ def create_sqlite_engine(
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if not readonly:  # a reader changes nothing of the file, not even its journal
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(f"PRAGMA journal_size_limit = {int(wal_limit)}")
         finally:
             cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("durablesched_read"):
+        if readonly or conn.get_execution_options().get("durablesched_read"):
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _read_only(path: Path, cparams: dict[str, Any]) -> sqlite3.Connection:
+    """A connection that can neither write nor create anything, even in a directory
+    the user cannot write to.
+
+    ``mode=ro`` reads a WAL database through its ``-shm`` index, which SQLite
+    creates when the last connection to the file closed and removed it; in a
+    directory we cannot write to it cannot (SQLITE_READONLY_DIRECTORY). If no
+    ``-wal`` file exists either, every commit is in the main file, and it is
+    read with ``immutable=1``: without locks, as of that moment. If a ``-wal``
+    exists without a ``-shm`` we could read, what it holds cannot be read:
+    refused, saying so.
+    """
+    base = f"file:{quote(str(path), safe='/')}?mode=ro"
+    connection: sqlite3.Connection = sqlite3.connect(base, uri=True, **cparams)
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return connection
+    except sqlite3.OperationalError as e:
+        connection.close()
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+        if code not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            raise
+        if Path(f"{path}-wal").exists():
+            raise StoreError(
+                f"cannot read {path}: its WAL ({path}-wal) holds commits that can only be "
+                f"read through {path}-shm, which is missing or unreadable and cannot be "
+                f"created in {path.parent} (not writable by this user): run as the "
+                "database's owner, or while one of its workers is running"
+            ) from None
+    immutable: sqlite3.Connection = sqlite3.connect(f"{base}&immutable=1", uri=True, **cparams)
+    return immutable
 
 
 class SQLiteStore(SQLStore):
@@ -210,6 +294,12 @@ class SQLiteStore(SQLStore):
     with ``file_mode`` (owner read/write only by default). ``durability="full"``
     (the default) survives power loss; ``"normal"`` survives process crashes
     but may lose the last commits on power loss (docs/durability.md).
+
+    ``create=False`` creates nothing: a missing file is
+    :class:`DatabaseNotFoundError`, a file without the schema
+    :class:`SchemaMissingError`. ``readonly=True`` (which implies it) opens the
+    file read-only, for reading tools (``durablesched ls``): writes fail, and it
+    works in a directory the user cannot write to (see :func:`_read_only`).
     """
 
     def __init__(
@@ -220,6 +310,10 @@ class SQLiteStore(SQLStore):
         migrate: bool = False,
         busy_timeout: float = 30.0,
         file_mode: int = 0o600,
+        wal_limit: int = WAL_LIMIT,
+        create: bool = True,
+        readonly: bool = False,
+        verify_schema: bool = True,
     ) -> None:
         # SQLite's own busy handler waits up to LOCK_WAIT per try; on top of it we
         # retry with jittered backoff until ``busy_timeout`` has passed in all.
@@ -228,14 +322,111 @@ class SQLiteStore(SQLStore):
             durability=durability,
             busy_timeout=min(LOCK_WAIT, busy_timeout),
             file_mode=file_mode,
+            wal_limit=wal_limit,
+            create=create,
+            readonly=readonly,
         )
+        self.readonly = readonly
         self.durability = durability
         #: The opened file's (device, inode): a watcher compares against it later.
         self._identity = _file_identity(_file_path(engine))
-        super().__init__(engine, SQLITE, migrate=migrate, busy_timeout=busy_timeout)
+        path = _file_path(engine)
+        self._wal = WalLimit(engine, None if path is None else Path(f"{path}-wal"), wal_limit)
+        super().__init__(
+            engine,
+            SQLITE,
+            migrate=migrate and not readonly,
+            busy_timeout=busy_timeout,
+            create=create and not readonly,
+            verify_schema=verify_schema,
+        )
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        with super()._write(what) as conn:
+            yield conn
+        self._wal.after_commit()
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint and cut the WAL to nothing now, without waiting for readers; False
+        (and nothing lost) if a reader still holds a snapshot in it."""
+        return self._wal.truncate()
 
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
+
+
+class WalLimit:
+    """Keeps the WAL near its limit: a writer past it truncates it once readers let go.
+
+    SQLite cannot reset the WAL while a reader holds a snapshot in it, so a
+    reader left open under load lets it grow without bound; after it ends, the
+    WAL would stay at its high-water mark (and reads slow down with its size).
+    After a commit, at most every :attr:`CHECK_INTERVAL` seconds, the writer
+    looks at the WAL's size (one ``stat``) and, past ``limit``, runs
+    ``wal_checkpoint(TRUNCATE)`` with no busy wait: it either empties the WAL
+    or finds a reader still in it and leaves the rest for the next look.
+    """
+
+    #: Seconds between two looks at the WAL's size (0: after every commit).
+    CHECK_INTERVAL = 1.0
+
+    def __init__(self, engine: Engine, wal: Path | None, limit: int) -> None:
+        self._engine = engine
+        self._path = wal
+        self.limit = limit
+        self.check_interval = self.CHECK_INTERVAL
+        self._next_check = 0.0
+        self._busy = threading.Lock()
+        #: Whether the last truncation found a reader in the way (warned once per episode).
+        self._held = False
+
+    def after_commit(self) -> None:
+        if self._path is None:
+            return
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_interval
+        try:
+            size = self._path.stat().st_size
+        except OSError:
+            return
+        if size > self.limit:
+            self.truncate(size)
+
+    def truncate(self, size: int | None = None) -> bool:
+        if not self._busy.acquire(blocking=False):
+            return False  # another thread is at it
+        try:
+            raw = self._engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                try:
+                    timeout_ms = _pragma(cursor, "PRAGMA busy_timeout")[0]
+                    cursor.execute("PRAGMA busy_timeout = 0")
+                    try:
+                        busy = _pragma(cursor, "PRAGMA wal_checkpoint(TRUNCATE)")[0]
+                    finally:
+                        cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+                finally:
+                    cursor.close()
+            finally:
+                raw.close()
+        except sqlite3.Error as e:
+            log.debug("truncating the WAL failed: %s", e)
+            return False
+        finally:
+            self._busy.release()
+        if busy and not self._held and size is not None:
+            log.warning(
+                "the WAL is %.0f MiB, past its %.0f MiB limit, and cannot be truncated: "
+                "a reader holds a snapshot open (docs/durability.md)",
+                size / 2**20,
+                self.limit / 2**20,
+            )
+        self._held = bool(busy)
+        return not busy
 
 
 class DataVersionWatcher:
@@ -363,6 +554,13 @@ class DataVersionWatcher:
         if self._inotify is not None:
             self._inotify.close()
         self._conn.close()
+
+
+def _pragma(cursor: Any, sql: str) -> tuple[Any, ...]:
+    cursor.execute(sql)
+    row = cursor.fetchone()
+    assert row is not None, sql
+    return tuple(row)
 
 
 def _file_path(engine: Engine) -> Path | None:

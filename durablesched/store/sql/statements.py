@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
-from durablesched.records import Environment
+from durablesched.records import SUBMITTED, Environment
 from durablesched.store.sql.schema import CLAIMABLE_SQL
 
 # -- pieces --------------------------------------------------------------------------------------
@@ -57,6 +57,14 @@ INSERT_TASK = (
 )
 
 # -- history and keys ----------------------------------------------------------------------------
+
+#: The submission of the tasks with ids ``:first`` to ``:last`` (just inserted), as
+#: their first history lines: one statement per submitted batch, on the driver.
+SUBMITTED_EVENTS = (
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    f"SELECT id, created_at, 'PENDING', 0, '{SUBMITTED}' FROM tasks "
+    "WHERE id >= :first AND id <= :last ORDER BY id"
+)
 
 #: History lines, many at once through the driver; ``{p}`` is its placeholder.
 INSERT_EVENTS = (
@@ -178,9 +186,9 @@ SQL_NEXT_EXPIRY = text(
 
 #: One task, every column.
 SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
-#: When a task was submitted: the first line of its history.
+#: When a task was submitted (for tasks stored before submission lines were written).
 SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
-#: The rest of a task's history, oldest first.
+#: A task's history, oldest first (its submission first).
 SQL_HISTORY = text(
     "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
 )
@@ -240,6 +248,29 @@ SQL_PURGE_BATCH = text(
     "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
     "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
     "ORDER BY finished_at LIMIT :batch)"
+)
+
+# -- the health check ----------------------------------------------------------------------------
+
+#: How many RUNNING tasks are on a lease that expired at or before ``:now``, and the oldest expiry.
+SQL_EXPIRED_COUNT = text(
+    "SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at <= :now"
+)
+#: The first ``:limit`` of them, oldest expiry first.
+SQL_EXPIRED_IDS = text(
+    "SELECT id FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now "
+    "ORDER BY lease_expires_at, id LIMIT :limit"
+)
+#: How many claimable tasks were due before ``:before`` and are still unclaimed.
+SQL_UNCLAIMED_COUNT = text(
+    f"SELECT count(*) AS n, min(due_at) AS oldest FROM tasks WHERE {CLAIMABLE_SQL} "
+    "AND due_at < :before"
+)
+#: The first ``:limit`` of them, in claim order.
+SQL_UNCLAIMED_IDS = text(
+    f"SELECT id FROM tasks WHERE {CLAIMABLE_SQL} AND due_at < :before "
+    "ORDER BY due_at, seq LIMIT :limit"
 )
 
 # -- moving live tasks from one database to another ----------------------------------------------

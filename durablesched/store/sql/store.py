@@ -23,10 +23,13 @@ from sqlalchemy import Connection, Engine
 
 from durablesched.errors import TaskNotFoundError
 from durablesched.records import (
+    OVERDUE_AFTER,
+    SUBMITTED,
     CancelOutcome,
     Claim,
     Environment,
     ErrorInfo,
+    HealthReport,
     LeaseStatus,
     NewTask,
     Outcome,
@@ -39,11 +42,11 @@ from durablesched.records import (
 )
 from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
-from durablesched.store.sql import group_commit, moving, operator_actions, reclaiming
+from durablesched.store.sql import checking, group_commit, moving, operator_actions, reclaiming
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows
 from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
-from durablesched.store.sql.migrate import check_schema
+from durablesched.store.sql.migrate import check_schema, current_revision
 from durablesched.store.sql.outcomes import (
     claim_params,
     record_cancel,
@@ -82,11 +85,19 @@ class SQLStore(Transactions):
         *,
         migrate: bool = False,
         busy_timeout: float = 30.0,
+        create: bool = True,
+        verify_schema: bool = True,
     ) -> None:
         super().__init__(engine, dialect, busy_timeout=busy_timeout)
         try:
             with translated(f"opening {engine.url.render_as_string(hide_password=True)}"):
-                self.schema_revision = check_schema(engine, migrate=migrate)
+                #: The schema revision stored in the database ("" for none, possible
+                #: only with ``verify_schema=False``, which a health check uses).
+                self.schema_revision = (
+                    check_schema(engine, migrate=migrate, create=create)
+                    if verify_schema
+                    else _stored_revision(engine)
+                )
         except BaseException:
             engine.dispose()
             raise
@@ -119,16 +130,23 @@ class SQLStore(Transactions):
 
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._read(f"reading the history of task {task_id}") as conn:
-            created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
             rows = conn.execute(SQL_HISTORY, {"id": task_id}).all()
-        if created is None:
-            return []
-        # Submission is the row itself; later transitions are in task_events.
-        events = [TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, None)]
-        events.extend(
+            first = rows[0] if rows else None
+            created = None
+            if first is None or not _is_submission(first.state, first.attempt, first.detail):
+                # Submitted by a version that wrote no submission line: it is the
+                # task's creation, as that version read it.
+                created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
+                if created is None:
+                    return []
+        events = [
             TaskEvent(r.task_id, from_db_time(r.at), TaskState(r.state), r.attempt, r.detail)
             for r in rows
-        )
+        ]
+        if created is not None:
+            events.insert(
+                0, TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, SUBMITTED)
+            )
         return events
 
     def list_tasks(
@@ -356,6 +374,10 @@ class SQLStore(Transactions):
         """Counts per state, the oldest overdue task, running leases, recent failures."""
         return operator_actions.stats(self, now)
 
+    def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
+        """Integrity, schema revision, expired leases, overdue tasks: what is wrong."""
+        return checking.check(self, now, overdue_after)
+
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:
         """Delete finished tasks finished before ``before``; returns how many."""
         return operator_actions.purge(self, before, batch=batch)
@@ -387,6 +409,18 @@ class SQLStore(Transactions):
     ) -> list[tuple[int, str]]:
         """Store tasks handed over by database ``source``, each at most once ever."""
         return moving.receive(self, source, moved, now)
+
+
+def _stored_revision(engine: Engine) -> str:
+    with engine.connect() as conn:
+        revision = current_revision(conn)
+        conn.rollback()
+    return revision or ""
+
+
+def _is_submission(state: str, attempt: int, detail: str | None) -> bool:
+    """A submission line: the one written with the task, or a moved task's first."""
+    return state == "PENDING" and attempt == 0 and (detail or "").startswith(SUBMITTED)
 
 
 def _running_cancel(environment: str | None) -> CancelOutcome:

@@ -54,6 +54,12 @@ def insert(
     ]
 
 
+def record_submissions(tx: Transactions, conn: Connection, ids: range) -> None:
+    """Each new task's first history line, its submission: one INSERT ... SELECT over
+    the ids just inserted (contiguous: allocated together), not one row per task."""
+    tx._rows(conn, tx.dialect.submitted_events, {"first": ids.start, "last": ids.stop - 1})
+
+
 def insert_new(
     tx: Transactions, conn: Connection, new: Sequence[NewTask], now: datetime
 ) -> list[int]:
@@ -81,5 +87,6 @@ def insert_new(
     ]
     # Straight to the driver's executemany: this is the bulk-submit hot path.
     tx._many(conn, tx.dialect.insert_task, rows)
+    record_submissions(tx, conn, ids)
     tx._wake_others(conn)
     return list(ids)

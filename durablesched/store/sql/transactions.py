@@ -10,6 +10,7 @@ subclass that overrides it sees them all.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -26,9 +27,14 @@ from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.statements import SQL_INSERT_EVENT
 from durablesched.store.sql.translate import is_busy, translated
 
+log = logging.getLogger("durablesched.store")
+
 
 class Transactions:
     """Write transactions on one kept connection, reads on the pool, busy databases retried."""
+
+    #: A write that waited longer than this (seconds) for a lock logs a warning naming it.
+    SLOW_LOCK = 1.0
 
     def __init__(self, engine: Engine, dialect: SQLDialect, *, busy_timeout: float) -> None:
         self.engine = engine
@@ -59,14 +65,22 @@ class Transactions:
         with translated(what):
             nested = self._kept_owner == threading.get_ident()
             if not nested:
+                started = time.monotonic()
                 if not self._kept_lock.acquire(timeout=self.busy_timeout):
                     raise StoreError(
                         f"{what} failed: another thread held the database for "
                         f"{self.busy_timeout:g}s (database is locked)"
                     )
+                self._slow_lock(
+                    what, started, "this process's write connection (another thread was writing)"
+                )
                 self._kept_owner = threading.get_ident()
             try:
+                started = time.monotonic()
                 conn = self._begin(self.engine, None if nested else self._kept)
+                self._slow_lock(
+                    what, started, "the database's write lock (another connection held it)"
+                )
                 if not nested:
                     self._kept = conn
                 try:
@@ -87,6 +101,13 @@ class Transactions:
                 if not nested:
                     self._kept_owner = None
                     self._kept_lock.release()
+
+    def _slow_lock(self, what: str, started: float, lock: str) -> None:
+        """Log a warning if the wait since ``started`` for ``lock`` was long: writers
+        queueing for seconds is contention the operator should hear of."""
+        waited = time.monotonic() - started
+        if waited > self.SLOW_LOCK:
+            log.warning("%s waited %.1fs for %s", what, waited, lock)
 
     @contextmanager
     def _read(self, what: str) -> Iterator[Connection]:
