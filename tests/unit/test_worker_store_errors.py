@@ -46,8 +46,27 @@ class FlakyStore(MemoryStore):
         return super().claim(owner, limit, now, lease, names, process_names=process_names)
 
 
+class BackoffClock(ManualClock):
+    """Says when a waiter starts a wait whose deadline lies ahead: a worker backing off.
+
+    Advancing the clock before the worker has set its deadline from ``now`` would
+    leave it waiting for a time that never comes; the test advances only after.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        super().__init__(start)
+        self.waiting = threading.Semaphore(0)
+
+    def wait(
+        self, event: threading.Event, until: datetime | None, max_wait: float | None = None
+    ) -> bool:
+        if until is not None and until > self.now():
+            self.waiting.release()
+        return super().wait(event, until, max_wait)
+
+
 def test_passing_store_errors_are_retried_with_backoff() -> None:
-    clock = ManualClock(T0)
+    clock = BackoffClock(T0)
     store = FlakyStore(failures=2)
     registry = TaskRegistry()
     ran = threading.Event()
@@ -59,6 +78,7 @@ def test_passing_store_errors_are_retried_with_backoff() -> None:
     try:
         for _ in range(2):
             assert store.failed.acquire(timeout=WAIT)
+            assert clock.waiting.acquire(timeout=WAIT), "the worker never backed off"
             clock.advance(5)  # past the backoff
         assert ran.wait(WAIT)
         assert worker.wait_idle(WAIT)
@@ -68,7 +88,7 @@ def test_passing_store_errors_are_retried_with_backoff() -> None:
 
 
 def test_lasting_store_errors_end_the_loop_with_the_error() -> None:
-    clock = ManualClock(T0)
+    clock = BackoffClock(T0)
     store = FlakyStore(failures=None)
     registry = TaskRegistry()
     registry.register(lambda: None, name="job")
@@ -84,9 +104,11 @@ def test_lasting_store_errors_end_the_loop_with_the_error() -> None:
 
     thread = threading.Thread(target=run)
     thread.start()
-    for _ in range(4):
+    for _ in range(3):
         assert store.failed.acquire(timeout=WAIT)
+        assert clock.waiting.acquire(timeout=WAIT), "the worker never backed off"
         clock.advance(5)
+    assert store.failed.acquire(timeout=WAIT)  # the fourth failure: no backoff, it raises
     thread.join(WAIT)
     assert not thread.is_alive()
     assert len(raised) == 1 and "disk is full" in str(raised[0])
