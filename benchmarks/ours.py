@@ -14,7 +14,7 @@ from pathlib import Path
 
 from durablesched import MemoryStore, Scheduler, SQLiteStore
 from durablesched.records import NewTask
-from durablesched.store.sql.sqlite import from_db_time
+from durablesched.store.sql.codec import from_db_time
 
 from .common import NOW, ROOT, fresh, median, percentile, worker
 

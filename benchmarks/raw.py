@@ -9,8 +9,8 @@ from pathlib import Path
 
 from durablesched import SQLiteStore
 from durablesched.records import TASK_KEY_PREFIX, NewTask
-from durablesched.store.sql.sqlite import SYNCHRONOUS, to_db_time
-from durablesched.store.sql.store import SQLITE
+from durablesched.store.sql.codec import to_db_time
+from durablesched.store.sql.sqlite import SQLITE, SYNCHRONOUS
 
 from .common import NOW
 

@@ -1,14 +1,20 @@
-"""Alembic environment: runs on a connection handed over by durablesched, or on the URL."""
+"""Alembic environment: runs on a connection handed over by durablesched, or on the URL.
+
+It imports no backend (they run these migrations when they open a database):
+durablesched hands over its own connection in ``config.attributes``; the
+standalone ``alembic`` command gets a plain engine on ``DURABLESCHED_DB`` or
+``sqlalchemy.url``.
+"""
 
 from __future__ import annotations
 
 import os
 
 from alembic import context
-from sqlalchemy import Connection
+from sqlalchemy import Connection, create_engine
 
-from durablesched.store.opening import create_engine_for
 from durablesched.store.sql.schema import metadata
+from durablesched.store.sql.urls import is_postgres_url, postgres_url, sqlite_url
 
 config = context.config
 
@@ -30,7 +36,7 @@ if given is not None:
 else:
     url = os.environ.get("DURABLESCHED_DB") or config.get_main_option("sqlalchemy.url")
     assert url, "set sqlalchemy.url in alembic.ini or DURABLESCHED_DB"
-    engine = create_engine_for(url)
+    engine = create_engine(postgres_url(url) if is_postgres_url(url) else sqlite_url(url))
     try:
         with engine.connect() as conn:
             run(conn)

@@ -12,9 +12,7 @@ import threading
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import (
     InvalidTransitionError,
@@ -39,6 +37,9 @@ from durablesched.records import (
 )
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
 from durablesched.store.protocol import Effect, RetryDelay
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection  # only in submit's signature: never given here
 
 _HeapEntry = tuple[datetime, int, int]
 

@@ -7,9 +7,10 @@ import os
 from sqlalchemy import Engine
 
 from durablesched.store.durability import Durability
-from durablesched.store.sql.postgres import PostgresStore, create_postgres_engine, is_postgres_url
+from durablesched.store.sql.postgres import PostgresStore, create_postgres_engine
 from durablesched.store.sql.sqlite import SQLiteStore, create_sqlite_engine
 from durablesched.store.sql.store import SQLStore
+from durablesched.store.sql.urls import is_postgres_url
 
 
 def open_store(

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durablesched.records import (
     CancelOutcome,
@@ -31,8 +29,13 @@ from durablesched.records import (
 )
 from durablesched.states import TaskState
 
+if TYPE_CHECKING:
+    # Only SQL backends hand an effect a connection: the in-memory one must not
+    # need SQLAlchemy installed, or imported, to use this protocol.
+    from sqlalchemy import Connection
+
 #: Database work a task registers to commit together with its success.
-Effect = Callable[[Connection], object]
+Effect = Callable[["Connection"], object]
 #: How long a task called ``name`` waits after failed attempt ``attempt``.
 RetryDelay = Callable[[str, int], timedelta]
 

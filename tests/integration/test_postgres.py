@@ -16,9 +16,9 @@ from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.store.sql.migrate import head_revision, upgrade
-from durablesched.store.sql.postgres import PostgresStore, create_postgres_engine, postgres_url
+from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
 from durablesched.store.sql.schema import metadata
-from durablesched.store.sql.store import POSTGRES
+from durablesched.store.sql.urls import postgres_url
 
 from ..conftest import T0, WAIT, at
 

@@ -14,10 +14,10 @@ from alembic.migration import MigrationContext
 
 from durablesched import SchemaError, SQLiteStore, StoreError
 from durablesched.records import NewTask
+from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.schema import metadata
-from durablesched.store.sql.sqlite import create_sqlite_engine, to_db_time
-from durablesched.store.sql.store import SQLITE
+from durablesched.store.sql.sqlite import SQLITE, create_sqlite_engine
 
 from ..conftest import T0, at
 

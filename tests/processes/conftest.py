@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from durablesched import Scheduler
 from durablesched.store.opening import open_store
-from durablesched.store.sql.postgres import is_postgres_url
+from durablesched.store.sql.urls import is_postgres_url
 
 from .app import registry
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from durablesched import Scheduler, TaskState, open_store
-from durablesched.store.sql.postgres import is_postgres_url
+from durablesched.store.sql.urls import is_postgres_url
 
 from .conftest import ROOT, Workers, count, query, wait_for
 

@@ -1,7 +1,12 @@
-"""PostgreSQL: the engine, the store on it, LISTEN/NOTIFY wake-ups and the server's clock.
+"""PostgreSQL: its statements, its engine, the store, LISTEN/NOTIFY wake-ups, the server's clock.
 
-The statements are in :mod:`durablesched.store.sql.store`, shared with SQLite. Needs
-psycopg 3 (``pip install 'durablesched[postgres]'``).
+Everything that is PostgreSQL's alone is here: the claim (``FOR UPDATE SKIP
+LOCKED`` behind a materialized CTE), the heartbeat and group commit over
+``jsonb_each`` that lock rows in id order and write history in the same
+statement, the lock that serialises submitters, NOTIFY on :data:`CHANNEL`, and
+the :data:`POSTGRES` dialect that hands them to the store. The statements
+both databases share are in :mod:`.statements`. Needs psycopg 3
+(``pip install 'durablesched[postgres]'``).
 """
 
 from __future__ import annotations
@@ -13,36 +18,136 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
+from durablesched.records import TASK_KEY_PREFIX
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
-from durablesched.store.sql.store import CHANNEL, POSTGRES, SQLStore, from_db_time, translated
+from durablesched.store.sql.codec import as_utc, from_db_time
+from durablesched.store.sql.dialect import SQLDialect, pyformat
+from durablesched.store.sql.schema import CLAIMABLE_SQL
+from durablesched.store.sql.statements import (
+    CLAIM_RETURNING,
+    INSERT_EVENTS,
+    INSERT_TASK,
+    NAMES,
+    NAMES_FILTER,
+    NAMES_IN,
+    RECORD_KEYS,
+)
+from durablesched.store.sql.store import SQLStore
+from durablesched.store.sql.translate import translated
+from durablesched.store.sql.urls import postgres_url
+
+__all__ = [
+    "CHANNEL",
+    "POSTGRES",
+    "NotifyWatcher",
+    "PostgresStore",
+    "create_postgres_engine",
+]
 
 log = logging.getLogger("durablesched.store.sql.postgres")
+
+# -- the statements that are PostgreSQL's own ---------------------------------------------------
+
+
+def _claim(names: bool) -> str:
+    """The claim, with its history lines; ``{names}`` is filled with one placeholder per name."""
+    # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
+    # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
+    # lets concurrent claimers take the next rows instead of queueing. The
+    # history lines go in with the claim, in the same round trip.
+    return (
+        "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
+        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
+        "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
+        "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
+        "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
+        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
+        "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
+        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
+        f"SELECT {CLAIM_RETURNING} FROM claimed"
+    )
+
+
+#: Every claim still held, extended in one statement (``:fences``: JSON {task id:
+#: fence}). Rows are locked in id order first, as every multi-row write here
+#: does, so that a heartbeat and a group commit of the same tasks cannot deadlock.
+HEARTBEAT = (
+    "WITH f AS (SELECT CAST(key AS bigint) AS id, CAST(value AS bigint) AS fence "
+    "FROM jsonb_each_text(CAST(:fences AS jsonb))), "
+    "locked AS MATERIALIZED (SELECT t.id, f.fence FROM tasks t JOIN f ON t.id = f.id "
+    "WHERE t.fence = f.fence AND t.state = 'RUNNING' AND t.lease_owner = :owner "
+    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now FROM locked "
+    "WHERE tasks.id = locked.id AND tasks.fence = locked.fence AND tasks.state = 'RUNNING' "
+    "AND tasks.lease_owner = :owner AND tasks.lease_expires_at > :now "
+    "RETURNING tasks.id, tasks.fence, tasks.lease_expires_at, tasks.cancel_requested_at"
+)
+#: Successes without effects or children, with their keys and history lines, in
+#: one statement (data-modifying CTEs): one round trip for the whole group.
+#: ``:batch`` maps each task id to its claim's owner, fence and result (JSON text).
+COMPLETE_MANY = (
+    "WITH b AS (SELECT CAST(key AS bigint) AS id, value->>'o' AS owner, "
+    "CAST(value->>'f' AS bigint) AS fence, CAST(value->>'r' AS jsonb) AS result "
+    "FROM jsonb_each(CAST(:batch AS jsonb))), "
+    "locked AS MATERIALIZED (SELECT t.id, b.result FROM tasks t JOIN b ON t.id = b.id "
+    "WHERE t.state = 'RUNNING' AND t.lease_owner = b.owner AND t.fence = b.fence "
+    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t), "
+    "done AS (UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    "FROM locked WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' "
+    "AND tasks.lease_expires_at > :now "
+    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result), "
+    "keys AS (INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
+    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done), "
+    "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
+    "SELECT id, attempts, idempotency_key, result FROM done"
+)
+#: The earliest due time after ``:now`` among tasks called ``:names``.
+NEXT_DUE_NAMED = (
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+#: Submitters take the counter row first: the idempotency-key check that
+#: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
+LOCK_SUBMISSIONS = "SELECT value FROM durablesched_counters WHERE name = 'task_seq' FOR UPDATE"
+#: The channel a PostgreSQL worker LISTENs on; delivered when the sender commits.
+CHANNEL = "durablesched"
+#: Wake every listening worker once this transaction commits.
+NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+#: The server's clock, which every host's leases are judged by.
+SQL_SERVER_TIME = text("SELECT clock_timestamp()")
+
+#: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
+#: timestamptz, history written by the claim and group commit themselves.
+POSTGRES = SQLDialect(
+    name="postgresql",
+    claim=pyformat(_claim(names=False)),
+    claim_named=_claim(names=True),
+    heartbeat=pyformat(HEARTBEAT),
+    complete_many=pyformat(COMPLETE_MANY),
+    next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
+    insert_task=INSERT_TASK.format(p="%s"),
+    insert_events=INSERT_EVENTS.format(p="%s"),
+    record_keys=RECORD_KEYS.format(p="%s"),
+    time=as_utc,
+    driver=pyformat,
+    lock_submissions=text(LOCK_SUBMISSIONS),
+    notify=text(NOTIFY),
+    writes_history=True,
+)
+
+# -- the engine ----------------------------------------------------------------------------------
 
 #: synchronous_commit per durability mode: "normal" may lose the last commits
 #: if the server crashes, never corrupts (docs/scaling.md).
 SYNCHRONOUS_COMMIT: dict[str, str] = {"full": "on", "normal": "off"}
-SQL_SERVER_TIME = text("SELECT clock_timestamp()")
-
-
-def postgres_url(db: str) -> str:
-    """``db`` with the psycopg 3 driver named: ``postgresql://`` becomes ``postgresql+psycopg://``."""
-    if db.startswith("postgres://"):  # the scheme many hosting services hand out
-        db = "postgresql://" + db.removeprefix("postgres://")
-    url = make_url(db)
-    if url.get_backend_name() != "postgresql":
-        raise ConfigurationError(f"not a PostgreSQL URL: {db!r}")
-    if url.get_driver_name() not in ("psycopg", "postgresql", ""):
-        raise ConfigurationError(
-            f"durablesched talks to PostgreSQL through psycopg 3 (postgresql+psycopg://), "
-            f"not {url.get_driver_name()}"
-        )
-    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 def create_postgres_engine(
@@ -189,8 +294,3 @@ class NotifyWatcher:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._TICK * 10)
         self._drop()
-
-
-def is_postgres_url(db: object) -> bool:
-    """True for a URL this module opens (anything else is taken as SQLite)."""
-    return isinstance(db, str) and db.startswith(("postgresql:", "postgresql+", "postgres:"))

@@ -1,7 +1,10 @@
-"""SQLite: the engine (WAL, IMMEDIATE writes, pragmas), the store on it, and its change watcher.
+"""SQLite: its statements, its engine (WAL, IMMEDIATE writes, pragmas), the store, the watcher.
 
-The statements themselves are in :mod:`durablesched.store.sql.store`, shared with
-PostgreSQL. Every write transaction begins IMMEDIATE (no read is ever
+Everything that is SQLite's alone is here: the claim (walking the claimable
+index), the heartbeat and group commit over ``json_each``, the :data:`SQLITE`
+dialect that hands them to the store, and the ``data_version`` watcher (with
+inotify, :mod:`.inotify`). The statements both databases share are in
+:mod:`.statements`. Every write transaction begins IMMEDIATE (no read is ever
 upgraded into a write); reads run in deferred transactions on the same pool.
 """
 
@@ -15,38 +18,101 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from durablesched.errors import ConfigurationError, DurableSchedError, SchemaError, StoreError
+from durablesched.errors import DurableSchedError, SchemaError, StoreError
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
+from durablesched.store.sql.codec import to_db_time
+from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.inotify import watch_directory
-from durablesched.store.sql.store import SQLITE, SQLStore, from_db_time, to_db_time, translated
+from durablesched.store.sql.schema import CLAIMABLE_SQL
+from durablesched.store.sql.statements import (
+    CLAIM_RETURNING,
+    INSERT_EVENTS,
+    INSERT_TASK,
+    NAMES,
+    NAMES_FILTER,
+    NAMES_IN,
+    RECORD_KEYS,
+)
+from durablesched.store.sql.store import SQLStore
+from durablesched.store.sql.translate import translated
+from durablesched.store.sql.urls import sqlite_url
 
-__all__ = ["SQLiteStore", "create_sqlite_engine", "from_db_time", "sqlite_url", "to_db_time"]
+__all__ = ["SQLITE", "DataVersionWatcher", "SQLiteStore", "create_sqlite_engine"]
+
+# -- the statements that are SQLite's own -------------------------------------------------------
+
+
+def _claim(names: bool) -> str:
+    """The claim as the driver runs it; ``{names}`` is filled with one placeholder per name."""
+    return (
+        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
+        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
+        "environment = NULL "
+        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
+        # the (state, name) index and sort; the claim must always walk this one.
+        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
+        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
+        "ORDER BY due_at, seq LIMIT :limit) "
+        f"RETURNING {CLAIM_RETURNING}"
+    )
+
+
+#: Every claim still held, extended in one statement. ``:fences`` is a JSON
+#: object {task id: fence}.
+HEARTBEAT = (
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
+    "AND fence = json_extract(:fences, '$.\"' || id || '\"') "
+    "AND state = 'RUNNING' AND lease_owner = :owner AND lease_expires_at > :now "
+    "RETURNING id, fence, lease_expires_at, cancel_requested_at"
+)
+#: One field of a task's entry in ``:batch``.
+_ITEM = "json_extract(:batch, '$.\"' || id || '\".{field}')"
+#: Successes without effects or children, many in one statement. ``:batch`` maps
+#: each task id to its claim's owner, fence and result (JSON text); the keys and
+#: history lines follow as two executemany calls.
+COMPLETE_MANY = (
+    "UPDATE tasks SET state = 'SUCCEEDED', "
+    f"result = {_ITEM.format(field='r')}, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:batch)) AND state = 'RUNNING' "
+    f"AND lease_owner = {_ITEM.format(field='o')} "
+    f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
+    "RETURNING id, attempts, idempotency_key, result"
+)
+#: The earliest due time after ``:now`` among tasks called ``:names``, on the claim's index.
+NEXT_DUE_NAMED = (
+    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
+    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+
+#: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
+SQLITE = SQLDialect(
+    name="sqlite",
+    claim=_claim(names=False),
+    claim_named=_claim(names=True),
+    heartbeat=HEARTBEAT,
+    complete_many=COMPLETE_MANY,
+    next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
+    insert_task=INSERT_TASK.format(p="?"),
+    insert_events=INSERT_EVENTS.format(p="?"),
+    record_keys=RECORD_KEYS.format(p="?"),
+    time=to_db_time,
+)
+
+# -- the engine ----------------------------------------------------------------------------------
 
 #: PRAGMA synchronous per durability mode (see docs/durability.md).
 SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
-
-# -- the engine ----------------------------------------------------------------------------------
-
-
-def sqlite_url(db: str | os.PathLike[str]) -> str:
-    """An SQLAlchemy URL for ``db``, a file path or an ``sqlite://`` URL."""
-    raw = os.fspath(db)
-    if "://" in raw:
-        url = make_url(raw)
-        if url.get_backend_name() != "sqlite":
-            raise ConfigurationError(
-                f"only SQLite databases are supported here, got a {url.get_backend_name()} URL"
-            )
-        return raw
-    return f"sqlite:///{Path(raw).expanduser().resolve()}"
 
 
 def _prepare_file(url: str, file_mode: int) -> None:

@@ -1,37 +1,28 @@
-"""The durable backend on SQL, for SQLite and PostgreSQL alike. All of its SQL is here.
+"""The durable backend on SQL, for SQLite and PostgreSQL alike: the Store protocol.
 
-One store, one set of statements; where the two databases must differ (the
-claim's locking, JSON functions, how times are stored, how other processes
-hear of a commit) the statement comes from the :class:`SQLDialect` of the
-engine. Every outcome write names the claim that made it in its WHERE clause.
+One store, one set of statements (:mod:`.statements`); where the two databases
+must differ the statement comes from the engine's :class:`SQLDialect`, defined
+in that database's module (:mod:`.sqlite`, :mod:`.postgres`). Every outcome
+write names the claim that made it in its WHERE clause.
+
+Where things are: transactions and the driver-level path in
+:mod:`.transactions`, submission in :mod:`.submitting`, the claim in
+:mod:`.claiming`, outcomes in :mod:`.outcomes` and :mod:`.group_commit`, expired
+leases in :mod:`.reclaiming`, the operator's actions in :mod:`.operator_actions`,
+moving tasks between databases in :mod:`.moving`. This class holds the
+short operations itself and hands the rest to those modules.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import random
-import re
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, TextClause, bindparam, exc, text
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy import Connection, Engine
 
-from durablesched.errors import (
-    InvalidTransitionError,
-    LeaseExpired,
-    SchemaError,
-    StoreError,
-    TaskNotFoundError,
-)
+from durablesched.errors import TaskNotFoundError
 from durablesched.records import (
-    TASK_KEY_PREFIX,
     CancelOutcome,
     Claim,
     Environment,
@@ -44,524 +35,39 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
-    effective_key,
 )
-from durablesched.states import TaskState, check_transition
+from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
+from durablesched.store.sql import group_commit, moving, operator_actions, reclaiming
+from durablesched.store.sql.claiming import claim_rows, claims_from_rows
+from durablesched.store.sql.codec import dump, from_db_time, record
+from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema
-from durablesched.store.sql.schema import CLAIMABLE_SQL
-
-# -- the SQL both databases share ----------------------------------------------------------------
-
-#: Valid claim: RUNNING, same owner, same fence, lease not yet expired.
-VALID = (
-    "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
-    "AND lease_expires_at > :now"
+from durablesched.store.sql.outcomes import (
+    claim_params,
+    record_cancel,
+    record_failure,
+    record_success,
 )
-TASK_COLUMNS = (
-    "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
-    "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment"
+from durablesched.store.sql.statements import (
+    SQL_CANCEL_RUNNING,
+    SQL_CANCEL_WAITING,
+    SQL_CREATED,
+    SQL_GET,
+    SQL_HISTORY,
+    SQL_LEASES,
+    SQL_NEXT_DUE,
+    SQL_NEXT_EXPIRY,
+    SQL_RELEASE,
+    SQL_STATE_AND_ENVIRONMENT,
+    sql_list_tasks,
 )
-CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
-#: Names bound one parameter each (an expanding IN), compared exactly as stored.
-NAMES_FILTER = "AND name IN :names"
-#: The same in the statements given straight to the driver: ``{names}`` becomes
-#: ``:n0, :n1, ...``, one placeholder per name.
-NAMES_IN = "AND name IN ({names})"
-_NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
-
-SQL_ALLOCATE = text(
-    "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
-)
-SQL_FIND_KEY = text(
-    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
-    "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
-)
-#: Bulk inserts go straight to the driver's executemany; {p} is its placeholder.
-INSERT_TASK = (
-    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "idempotency_key, created_at, updated_at) "
-    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p})"
-)
-INSERT_EVENTS = (
-    "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
-)
-RECORD_KEYS = (
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
-)
-SQL_INSERT_EVENT = text(
-    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
-    "VALUES (:task_id, :at, :state, :attempt, :detail)"
-)
-SQL_COMPLETE = text(
-    "UPDATE tasks SET state = 'SUCCEEDED', result = :result, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    f"WHERE {VALID} RETURNING attempts, idempotency_key"
-)
-SQL_RECORD_KEY = text(
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    "VALUES (:key, :task_id, :now, :result)"
-)
-#: ``:give_up`` is 1 when the attempt has no retry; never NULL, so that no
-#: database has to guess the type of a bare NULL parameter.
-_GIVE_UP = "(:give_up = 1 OR cancel_requested_at IS NOT NULL)"
-SQL_FAIL = text(
-    f"UPDATE tasks SET state = CASE WHEN {_GIVE_UP} THEN 'FAILED' ELSE 'RETRY_WAIT' END, "
-    f"due_at = CASE WHEN {_GIVE_UP} THEN due_at ELSE :retry_at END, "
-    f"finished_at = CASE WHEN {_GIVE_UP} THEN :now ELSE NULL END, "
-    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    f"WHERE {VALID} RETURNING state, attempts"
-)
-SQL_ACK_CANCEL = text(
-    "UPDATE tasks SET state = 'CANCELLED', lease_owner = NULL, lease_expires_at = NULL, "
-    "updated_at = :now, finished_at = :now "
-    f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
-)
-#: A stopping worker gives a claim back: the attempt does not count.
-SQL_RELEASE = text(
-    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
-    "ELSE 'CANCELLED' END, "
-    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
-    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
-    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    f"WHERE {VALID} RETURNING state, attempts"
-)
-SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
-SQL_LEASES = text(
-    "SELECT id, fence, lease_owner, lease_expires_at, cancel_requested_at FROM tasks "
-    "WHERE id IN :ids AND state = 'RUNNING' AND lease_expires_at > :now ORDER BY id"
-).bindparams(bindparam("ids", expanding=True))
-SQL_CANCEL_WAITING = text(
-    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
-    f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
-)
-SQL_CANCEL_RUNNING = text(
-    "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
-    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL "
-    "RETURNING environment"
-)
-SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
-SQL_STATE_AND_ENVIRONMENT = text("SELECT state, environment FROM tasks WHERE id = :id")
-#: Claimed attempts that run in a child process: their cancellation is enforced.
-SQL_IN_PROCESS = text(
-    f"UPDATE tasks SET environment = '{Environment.PROCESS}' WHERE id IN :ids"
-).bindparams(bindparam("ids", expanding=True))
-SQL_ANY_EXPIRED = text(
-    "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
-)
-SQL_EXPIRED = text(
-    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
-    "cancel_requested_at, fence FROM tasks "
-    "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
-)
-#: The reclaim re-checks state, fence and expiry itself: a completion that
-#: landed a moment earlier is never overwritten.
-SQL_RECLAIM = text(
-    "UPDATE tasks SET state = :state, due_at = coalesce(:due_at, due_at), "
-    "finished_at = :finished_at, "
-    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
-    "WHERE id = :id AND state = 'RUNNING' AND fence = :fence AND lease_expires_at <= :now"
-)
-SQL_NEXT_DUE = text(
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
-)
-SQL_NEXT_EXPIRY = text(
-    "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
-    "ORDER BY lease_expires_at LIMIT 1"
-)
-SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
-SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
-SQL_HISTORY = text(
-    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
-)
-# -- operator statements (the CLI's retry, stats, purge and copy) -------------------------------
-
-SQL_REQUEUE = text(
-    "UPDATE tasks SET state = 'PENDING', due_at = :now, seq = :seq, attempts = 0, "
-    "lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL, result = NULL, "
-    "finished_at = NULL, updated_at = :now "
-    "WHERE id = :id AND state IN ('FAILED', 'CANCELLED') RETURNING id"
-)
-SQL_KEY_HELD_BY_OTHER = text(
-    "SELECT other.id FROM tasks AS this JOIN tasks AS other "
-    "ON other.idempotency_key = this.idempotency_key AND other.id != this.id "
-    "WHERE this.id = :id AND other.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
-)
-SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
-SQL_OLDEST_OVERDUE = text(
-    f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-SQL_OVERDUE_BY_NAME = text(
-    f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
-    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
-)
-SQL_RUNNING = text(
-    "SELECT id, name, attempts, lease_owner, lease_expires_at, cancel_requested_at "
-    "FROM tasks WHERE state = 'RUNNING' ORDER BY lease_expires_at"
-)
-SQL_RECENT_FAILURES = text(
-    "SELECT id, name, attempts, finished_at, last_error FROM tasks "
-    "WHERE state = 'FAILED' AND finished_at >= :since ORDER BY finished_at DESC"
-)
-#: Finished tasks only, oldest first, a bounded batch per transaction.
-SQL_PURGE_BATCH = text(
-    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
-    "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
-    "ORDER BY finished_at LIMIT :batch)"
-)
-# -- copy: live tasks handed over from one database to another ----------------------------------
-
-SQL_INSTANCE = text("SELECT value FROM durablesched_counters WHERE name = 'instance'")
-SQL_LIVE_IDS = text(
-    f"SELECT id, state FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after ORDER BY id LIMIT :batch"
-)
-#: Live tasks leave the source as CANCELLED (no worker there can run them again)
-#: before they exist in the destination; the event's detail says where they went.
-SQL_HAND_OVER = text(
-    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
-    f"WHERE id IN :ids AND {CLAIMABLE_SQL} RETURNING {TASK_COLUMNS}"
-).bindparams(bindparam("ids", expanding=True))
-#: Handed over but not yet confirmed: a copy that stopped half way finishes these first.
-SQL_IN_TRANSIT = text(
-    f"SELECT {', '.join('t.' + c for c in TASK_COLUMNS.split(', '))}, e.id AS event_id, "
-    "e.detail FROM tasks t JOIN task_events e ON e.task_id = t.id "
-    "WHERE t.state = 'CANCELLED' AND e.state = 'CANCELLED' AND e.detail LIKE :prefix "
-    "ORDER BY t.id"
-)
-SQL_CONFIRM_MOVE = text("UPDATE task_events SET detail = :detail WHERE id = :event_id")
-SQL_EVENT_ID = text(
-    "SELECT id FROM task_events WHERE task_id = :task_id AND detail = :detail ORDER BY id DESC"
-)
-SQL_COPIED = text(
-    "SELECT task_id FROM durablesched_copies WHERE source = :source AND source_id = :source_id"
-)
-SQL_RECORD_COPY = text(
-    "INSERT INTO durablesched_copies (source, source_id, task_id, copied_at) "
-    "VALUES (:source, :source_id, :task_id, :now)"
-)
-SQL_INSERT_COPY = text(
-    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "last_error, idempotency_key, created_at, updated_at) VALUES (:id, :id, :name, :args, "
-    ":state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, :created_at, :now)"
-)
-
-# -- where SQLite and PostgreSQL differ ----------------------------------------------------------
+from durablesched.store.sql.submitting import insert
+from durablesched.store.sql.transactions import Transactions
+from durablesched.store.sql.translate import translated
 
 
-def _sqlite_claim(names: bool) -> str:
-    """The claim as the driver runs it; ``{names}`` is filled with one placeholder per name."""
-    return (
-        "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
-        "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
-        "environment = NULL "
-        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
-        # the (state, name) index and sort; the claim must always walk this one.
-        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit) "
-        f"RETURNING {CLAIM_RETURNING}"
-    )
-
-
-def _postgres_claim(names: bool) -> str:
-    # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
-    # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
-    # lets concurrent claimers take the next rows instead of queueing. The
-    # history lines go in with the claim, in the same round trip.
-    return (
-        "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
-        "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
-        "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
-        "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
-        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
-        "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
-        f"SELECT {CLAIM_RETURNING} FROM claimed"
-    )
-
-
-#: ``:fences`` is a JSON object {task id: fence}.
-SQLITE_HEARTBEAT = (
-    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now "
-    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:fences)) "
-    "AND fence = json_extract(:fences, '$.\"' || id || '\"') "
-    "AND state = 'RUNNING' AND lease_owner = :owner AND lease_expires_at > :now "
-    "RETURNING id, fence, lease_expires_at, cancel_requested_at"
-)
-#: Rows are locked in id order first, as every multi-row write here does, so
-#: that a heartbeat and a group commit of the same tasks cannot deadlock.
-POSTGRES_HEARTBEAT = (
-    "WITH f AS (SELECT CAST(key AS bigint) AS id, CAST(value AS bigint) AS fence "
-    "FROM jsonb_each_text(CAST(:fences AS jsonb))), "
-    "locked AS MATERIALIZED (SELECT t.id, f.fence FROM tasks t JOIN f ON t.id = f.id "
-    "WHERE t.fence = f.fence AND t.state = 'RUNNING' AND t.lease_owner = :owner "
-    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t) "
-    "UPDATE tasks SET lease_expires_at = :lease_expires_at, updated_at = :now FROM locked "
-    "WHERE tasks.id = locked.id AND tasks.fence = locked.fence AND tasks.state = 'RUNNING' "
-    "AND tasks.lease_owner = :owner AND tasks.lease_expires_at > :now "
-    "RETURNING tasks.id, tasks.fence, tasks.lease_expires_at, tasks.cancel_requested_at"
-)
-#: Successes without effects or children, many in one statement. ``:batch`` maps
-#: each task id to its claim's owner, fence and result (JSON text).
-_ITEM = "json_extract(:batch, '$.\"' || id || '\".{field}')"
-SQLITE_COMPLETE_MANY = (
-    "UPDATE tasks SET state = 'SUCCEEDED', "
-    f"result = {_ITEM.format(field='r')}, lease_owner = NULL, "
-    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    "WHERE id IN (SELECT CAST(key AS INTEGER) FROM json_each(:batch)) AND state = 'RUNNING' "
-    f"AND lease_owner = {_ITEM.format(field='o')} "
-    f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
-    "RETURNING id, attempts, idempotency_key, result"
-)
-#: PostgreSQL records the keys and the history lines in the same statement
-#: (data-modifying CTEs): one round trip for the whole group of successes.
-POSTGRES_COMPLETE_MANY = (
-    "WITH b AS (SELECT CAST(key AS bigint) AS id, value->>'o' AS owner, "
-    "CAST(value->>'f' AS bigint) AS fence, CAST(value->>'r' AS jsonb) AS result "
-    "FROM jsonb_each(CAST(:batch AS jsonb))), "
-    "locked AS MATERIALIZED (SELECT t.id, b.result FROM tasks t JOIN b ON t.id = b.id "
-    "WHERE t.state = 'RUNNING' AND t.lease_owner = b.owner AND t.fence = b.fence "
-    "AND t.lease_expires_at > :now ORDER BY t.id FOR UPDATE OF t), "
-    "done AS (UPDATE tasks SET state = 'SUCCEEDED', result = locked.result, "
-    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now, finished_at = :now "
-    "FROM locked WHERE tasks.id = locked.id AND tasks.state = 'RUNNING' "
-    "AND tasks.lease_expires_at > :now "
-    "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result), "
-    "keys AS (INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done), "
-    "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-    "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
-    "SELECT id, attempts, idempotency_key, result FROM done"
-)
-_SQLITE_NEXT_DUE_NAMED = (
-    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
-    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-_POSTGRES_NEXT_DUE_NAMED = (
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
-)
-#: Submitters take the counter row first: the idempotency-key check that
-#: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
-POSTGRES_LOCK_SUBMISSIONS = (
-    "SELECT value FROM durablesched_counters WHERE name = 'task_seq' FOR UPDATE"
-)
-#: The channel a PostgreSQL worker LISTENs on; delivered when the sender commits.
-CHANNEL = "durablesched"
-POSTGRES_NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
-
-
-def to_db_time(when: datetime) -> str:
-    """SQLite: UTC, fixed width, so that text order is time order and a person can read it."""
-    return when.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-
-
-def from_db_time(value: str | datetime) -> datetime:
-    """A stored time (SQLite's text or PostgreSQL's timestamptz) as an aware UTC datetime."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC)
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)
-
-
-def _opt_time(value: str | datetime | None) -> datetime | None:
-    return None if value is None else from_db_time(value)
-
-
-def _as_utc(when: datetime) -> datetime:
-    return when.astimezone(UTC)
-
-
-def _pyformat(sql: str) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s`` (the statements hold no ``%``)."""
-    assert "%" not in sql and "::" not in sql, sql
-    return re.sub(r"(?<![\w:]):(\w+)", r"%(\1)s", sql)
-
-
-@dataclass(frozen=True)
-class SQLDialect:
-    """The statements and conversions that differ between the databases.
-
-    The hot-path statements (claim, heartbeat, group commit) are handed straight
-    to the driver: SQLAlchemy's work per statement costs more than the statement
-    (docs/performance.md). They are written with ``:name`` placeholders.
-    """
-
-    name: str
-    claim: str
-    #: The claim limited to some names; ``{names}`` takes one placeholder per name.
-    claim_named: str
-    heartbeat: str
-    complete_many: str
-    next_due_named: TextClause
-    insert_task: str
-    insert_events: str
-    record_keys: str
-    #: How a datetime is bound: text on SQLite, timestamptz on PostgreSQL.
-    time: Callable[[datetime], Any]
-    #: A ``:name`` statement as the driver takes it.
-    driver: Callable[[str], str] = str
-    #: Run first in a submitting transaction, if the database needs it.
-    lock_submissions: TextClause | None = None
-    #: Run in a transaction whose commit should wake idle workers elsewhere.
-    notify: TextClause | None = None
-    #: The claim and group-commit statements write their own history lines and keys.
-    writes_history: bool = False
-
-    def claim_for(self, count: int) -> str:
-        """The claim for ``count`` names, bound as ``n0`` ... (cached: names rarely change)."""
-        cached = _CLAIMS.get((self.name, count))
-        if cached is None:
-            names = ", ".join(f":n{i}" for i in range(count))
-            cached = self.driver(self.claim_named.replace("{names}", names))
-            _CLAIMS[(self.name, count)] = cached
-        return cached
-
-
-_CLAIMS: dict[tuple[str, int], str] = {}
-
-SQLITE = SQLDialect(
-    name="sqlite",
-    claim=_sqlite_claim(names=False),
-    claim_named=_sqlite_claim(names=True),
-    heartbeat=SQLITE_HEARTBEAT,
-    complete_many=SQLITE_COMPLETE_MANY,
-    next_due_named=text(_SQLITE_NEXT_DUE_NAMED).bindparams(_NAMES),
-    insert_task=INSERT_TASK.format(p="?"),
-    insert_events=INSERT_EVENTS.format(p="?"),
-    record_keys=RECORD_KEYS.format(p="?"),
-    time=to_db_time,
-)
-POSTGRES = SQLDialect(
-    name="postgresql",
-    claim=_pyformat(_postgres_claim(names=False)),
-    claim_named=_postgres_claim(names=True),
-    heartbeat=_pyformat(POSTGRES_HEARTBEAT),
-    complete_many=_pyformat(POSTGRES_COMPLETE_MANY),
-    next_due_named=text(_POSTGRES_NEXT_DUE_NAMED).bindparams(_NAMES),
-    insert_task=INSERT_TASK.format(p="%s"),
-    insert_events=INSERT_EVENTS.format(p="%s"),
-    record_keys=RECORD_KEYS.format(p="%s"),
-    time=_as_utc,
-    driver=_pyformat,
-    lock_submissions=text(POSTGRES_LOCK_SUBMISSIONS),
-    notify=text(POSTGRES_NOTIFY),
-    writes_history=True,
-)
-
-
-# -- JSON as stored ------------------------------------------------------------------------------
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _error_json(error: ErrorInfo) -> str:
-    return _dump(error.to_dict())
-
-
-def _error(value: str | None) -> ErrorInfo | None:
-    if value is None:
-        return None
-    return ErrorInfo.from_dict(json.loads(value))
-
-
-# -- errors --------------------------------------------------------------------------------------
-
-SQLITE_BUSY, SQLITE_LOCKED = 5, 6
-
-
-def _is_busy(error: exc.DBAPIError) -> bool:
-    """SQLite's 'database is locked': worth retrying the BEGIN."""
-    code = getattr(error.orig, "sqlite_errorcode", None)
-    if code is not None:
-        return int(code) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
-    return "database is locked" in str(error.orig)
-
-
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Database errors leave as StoreError (or SchemaError) naming what failed."""
-    try:
-        yield
-    except exc.DBAPIError as e:
-        message = str(e.orig) if e.orig is not None else str(e)
-        if "not a database" in message:
-            raise SchemaError(f"{what}: the file is not a SQLite database ({message})") from e
-        if "no such table" in message or ("relation" in message and "does not exist" in message):
-            raise SchemaError(f"{what}: the durablesched schema is missing ({message})") from e
-        if "\\u0000" in message:
-            raise StoreError(
-                f"{what} failed: PostgreSQL cannot store the NUL character (\\u0000) in "
-                f"JSON or text ({message.splitlines()[0]})"
-            ) from e
-        raise StoreError(f"{what} failed: {message.strip()}") from e
-
-
-# -- group commit --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _SuccessRun:
-    """Plain successes of distinct tasks, recorded by one statement."""
-
-    indexes: list[int]
-    task_ids: list[int]
-    #: {task id: {"o": owner, "f": fence, "r": result JSON}}, as the statement takes it.
-    batch: str
-
-
-#: What a group commit does, in order: a run of plain successes, or one outcome's index.
-_Plan = list[_SuccessRun | int]
-
-
-def _plan(outcomes: Sequence[Outcome]) -> _Plan:
-    """Outcomes in task id order, runs of plain successes grouped; worked out (JSON
-    and all) before the transaction, which then holds the write lock for less.
-
-    Id order is the order every multi-row write here locks rows in: on
-    PostgreSQL a heartbeat of the same tasks then waits instead of deadlocking.
-    """
-    plan: _Plan = []
-    run: dict[int, int] = {}  # task id -> index, for the current run of plain successes
-
-    def close_run() -> None:
-        if run:
-            batch = {
-                str(task_id): {
-                    "o": outcomes[i].claim.owner,
-                    "f": outcomes[i].claim.fence,
-                    "r": "null" if outcomes[i].result is None else _dump(outcomes[i].result),
-                }
-                for task_id, i in run.items()
-            }
-            plan.append(_SuccessRun(list(run.values()), list(run), _dump(batch)))
-            run.clear()
-
-    for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
-        outcome = outcomes[index]
-        plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
-        if plain and outcome.claim.task_id not in run:
-            run[outcome.claim.task_id] = index
-            continue
-        close_run()
-        if plain:
-            run[outcome.claim.task_id] = index
-        else:
-            plan.append(index)
-    close_run()
-    return plan
-
-
-# -- the store -----------------------------------------------------------------------------------
-
-
-class SQLStore:
+class SQLStore(Transactions):
     """A :class:`~durablesched.store.Store` on an SQLAlchemy engine (SQLite or PostgreSQL).
 
     Build one with :class:`~durablesched.sqlite.SQLiteStore`,
@@ -576,19 +82,7 @@ class SQLStore:
         migrate: bool = False,
         busy_timeout: float = 30.0,
     ) -> None:
-        self.engine = engine
-        self.dialect = dialect
-        self._t = dialect.time
-        self._reader = engine.execution_options(durablesched_read=True)
-        self.busy_timeout = busy_timeout
-        self._busy_lock = threading.Lock()
-        #: The write connection kept open between transactions, and who is using it.
-        self._kept: Connection | None = None
-        self._kept_lock = threading.Lock()
-        self._kept_owner: int | None = None
-        self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
-        #: Transactions that found the database busy and were retried.
-        self.busy_retries = 0
+        super().__init__(engine, dialect, busy_timeout=busy_timeout)
         try:
             with translated(f"opening {engine.url.render_as_string(hide_password=True)}"):
                 self.schema_revision = check_schema(engine, migrate=migrate)
@@ -596,114 +90,7 @@ class SQLStore:
             engine.dispose()
             raise
 
-    # -- transactions ---------------------------------------------------------------------------
-
-    @contextmanager
-    def _write(self, what: str) -> Iterator[Connection]:
-        """One write transaction: committed if the body returns, rolled back if it raises.
-
-        A process's writers take turns on one connection kept open, queueing on
-        a lock: the database admits one writer at a time anyway, and a thread
-        woken by a lock goes at once, where SQLite's busy handler polls and
-        sleeps. (A pool checkout and return also cost more than a group commit's
-        statements.) A write started inside another on the same thread (an
-        effect that submits on its own) gets a connection of its own.
-        """
-        with translated(what):
-            nested = self._kept_owner == threading.get_ident()
-            if not nested:
-                if not self._kept_lock.acquire(timeout=self.busy_timeout):
-                    raise StoreError(
-                        f"{what} failed: another thread held the database for "
-                        f"{self.busy_timeout:g}s (database is locked)"
-                    )
-                self._kept_owner = threading.get_ident()
-            try:
-                conn = self._begin(self.engine, None if nested else self._kept)
-                if not nested:
-                    self._kept = conn
-                try:
-                    yield conn
-                    conn.commit()
-                except BaseException:
-                    # A kept connection starts afresh next time: it may be what failed.
-                    if not nested:
-                        self._kept = None
-                    try:
-                        conn.rollback()
-                    finally:
-                        conn.close()
-                    raise
-                if nested:
-                    conn.close()
-            finally:
-                if not nested:
-                    self._kept_owner = None
-                    self._kept_lock.release()
-
-    @contextmanager
-    def _read(self, what: str) -> Iterator[Connection]:
-        with translated(what):
-            conn = self._begin(self._reader)
-            try:
-                yield conn
-            finally:
-                conn.rollback()
-                conn.close()
-
-    def _begin(self, engine: Engine, kept: Connection | None = None) -> Connection:
-        """A connection (``kept``, if given and still usable) in a new transaction; a busy
-        database is retried, never surfaced early.
-
-        Only BEGIN can find the database busy (SQLite writes take the lock up
-        front), so retrying it repeats no work.
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        delay = 0.002
-        while True:
-            if kept is not None and not kept.closed and not kept.invalidated:
-                conn, kept = kept, None
-            else:
-                conn = engine.connect()
-            try:
-                conn.begin()
-                return conn
-            except exc.OperationalError as e:
-                conn.close()
-                if not _is_busy(e) or time.monotonic() + delay > deadline:
-                    raise
-            with self._busy_lock:
-                self.busy_retries += 1
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 2, 0.25)
-
-    def _rows(self, conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
-        """A hot-path statement (from the dialect) straight through the driver: its rows."""
-        cursor = conn.connection.cursor()
-        try:
-            cursor.execute(sql, params)
-            return list(cursor.fetchall()) if cursor.description else []
-        except self._driver_error as e:
-            raise exc.DBAPIError.instance(sql, params, e, self._driver_error) from e
-        finally:
-            cursor.close()
-
-    def _many(self, conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """A driver-level statement once per row (history lines, keys, bulk inserts)."""
-        cursor = conn.connection.cursor()
-        try:
-            cursor.executemany(sql, rows)
-        except self._driver_error as e:
-            raise exc.DBAPIError.instance(sql, rows, e, self._driver_error) from e
-        finally:
-            cursor.close()
-
-    def _wake_others(self, conn: Connection) -> None:
-        """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
-        if self.dialect.notify is not None:
-            conn.execute(self.dialect.notify)
-
-    # -- Store ----------------------------------------------------------------------------------
+    # -- submitting and reading -----------------------------------------------------------------
 
     def submit(
         self,
@@ -720,14 +107,14 @@ class SQLStore:
         """
         if connection is not None:
             with translated("submitting tasks"):
-                return self._insert(connection, tasks, now)
+                return insert(self, connection, tasks, now)
         with self._write("submitting tasks") as conn:
-            return self._insert(conn, tasks, now)
+            return insert(self, conn, tasks, now)
 
     def get(self, task_id: int) -> TaskRecord | None:
         with self._read(f"reading task {task_id}") as conn:
             row = conn.execute(SQL_GET, {"id": task_id}).first()
-        return None if row is None else _record(row)
+        return None if row is None else record(row)
 
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._read(f"reading the history of task {task_id}") as conn:
@@ -746,18 +133,16 @@ class SQLStore:
     def list_tasks(
         self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
     ) -> list[TaskRecord]:
-        clauses = []
         params: dict[str, Any] = {"limit": limit}
         if state is not None:
-            clauses.append("state = :state")
             params["state"] = TaskState(state).value
         if name is not None:
-            clauses.append("name = :name")
             params["name"] = name
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
+        sql = sql_list_tasks(state=state is not None, name=name is not None)
         with self._read("listing tasks") as conn:
-            return [_record(r) for r in conn.execute(sql, params)]
+            return [record(r) for r in conn.execute(sql, params)]
+
+    # -- claims and leases ----------------------------------------------------------------------
 
     def claim(
         self,
@@ -772,7 +157,8 @@ class SQLStore:
         if limit <= 0:
             return []
         with self._write("claiming tasks") as conn:
-            rows = self._claim(
+            rows = claim_rows(
+                self,
                 conn,
                 owner=owner,
                 limit=limit,
@@ -781,7 +167,7 @@ class SQLStore:
                 names=names,
                 process_names=process_names,
             )
-        return self._claims(rows, owner, now, lease)
+        return claims_from_rows(rows, owner, now, lease)
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -789,7 +175,7 @@ class SQLStore:
         if not claims:
             return []
         params = {
-            "fences": _dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
+            "fences": dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
             "owner": owner,
             "now": self._t(now),
             "lease_expires_at": self._t(now + lease),
@@ -816,6 +202,8 @@ class SQLStore:
             if r.lease_owner == owner and r.fence in fences[r.id]
         ]
 
+    # -- outcomes -------------------------------------------------------------------------------
+
     def complete(
         self,
         claim: Claim,
@@ -827,19 +215,19 @@ class SQLStore:
     ) -> bool:
         outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
         with self._write(f"recording the success of task {claim.task_id}") as conn:
-            return self._complete(conn, outcome, now) is not None
+            return record_success(self, conn, outcome, now) is not None
 
     def fail(
         self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
     ) -> TaskState | None:
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
-            return self._fail(conn, Outcome(claim, error=error, retry_at=retry_at), now)
+            return record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
 
     def acknowledge_cancel(
         self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
     ) -> bool:
         with self._write(f"cancelling task {claim.task_id}") as conn:
-            return self._acknowledge(conn, claim, now, detail) is not None
+            return record_cancel(self, conn, claim, now, detail) is not None
 
     def record_and_claim(
         self,
@@ -857,11 +245,12 @@ class SQLStore:
         Each outcome with effects or children runs under a savepoint, so one
         that raises is undone alone and comes back as its exception.
         """
-        plan = _plan(outcomes)
+        steps = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
-            results = self._record_outcomes(conn, outcomes, now, plan)
+            results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
             rows = (
-                self._claim(
+                claim_rows(
+                    self,
                     conn,
                     owner=owner,
                     limit=limit,
@@ -873,13 +262,13 @@ class SQLStore:
                 if limit > 0
                 else []
             )
-        return results, self._claims(rows, owner, now, lease)
+        return results, claims_from_rows(rows, owner, now, lease)
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0
         with self._write("giving back unfinished tasks") as conn:
             for claim in sorted(claims, key=lambda c: c.task_id):
-                params = self._claim_params(claim, now)
+                params = claim_params(self, claim, now)
                 row = conn.execute(SQL_RELEASE, params).first()
                 if row is None:
                     continue
@@ -894,6 +283,8 @@ class SQLStore:
             if released:
                 self._wake_others(conn)
         return released
+
+    # -- cancellation and expiry ----------------------------------------------------------------
 
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         params: dict[str, Any] = {"id": task_id, "now": self._t(now)}
@@ -919,44 +310,9 @@ class SQLStore:
             )
 
     def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
-        stamp = self._t(now)
-        with self._read("looking for expired leases") as conn:
-            if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
-                return []
-        reclaimed: list[Reclaimed] = []
-        with self._write("reclaiming expired leases") as conn:
-            for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
-                detail = (
-                    f"lease of {r.lease_owner} expired at "
-                    f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
-                )
-                error = ErrorInfo.recorded(LeaseExpired, detail)
-                due_at: datetime | None = None
-                finished_at: datetime | None = now
-                if r.cancel_requested_at is not None:
-                    state = TaskState.CANCELLED
-                elif r.attempts >= r.max_attempts:
-                    state = TaskState.FAILED
-                else:
-                    state = TaskState.RETRY_WAIT
-                    due_at = now + retry_delay(r.name, r.attempts)
-                    finished_at = None
-                updated = conn.execute(
-                    SQL_RECLAIM,
-                    {
-                        "id": r.id,
-                        "fence": r.fence,
-                        "now": stamp,
-                        "state": state.value,
-                        "due_at": None if due_at is None else self._t(due_at),
-                        "finished_at": None if finished_at is None else self._t(finished_at),
-                        "error": _error_json(error),
-                    },
-                ).rowcount
-                if updated:
-                    self._event(conn, r.id, now, state, r.attempts, detail)
-                    reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
-        return reclaimed
+        return reclaiming.reclaim_expired(self, now, retry_delay)
+
+    # -- waking ---------------------------------------------------------------------------------
 
     def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
         params: dict[str, Any] = {"now": self._t(now)}
@@ -977,527 +333,50 @@ class SQLStore:
         return None
 
     def close(self) -> None:
-        with self._kept_lock:
-            if self._kept is not None:
-                self._kept.close()
-                self._kept = None
-        self.engine.dispose()
+        self._close_transactions()
 
-    # -- operator actions (not part of the Store protocol) ----------------------------------------
+    # -- operator actions (not part of the Store protocol): see operator_actions.py ---------------
 
     def requeue(self, task_id: int, now: datetime) -> None:
-        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
-
-        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
-        if the task is in another state or another task now holds its key.
-        """
-        stamp = self._t(now)
-        with self._write(f"requeueing task {task_id}") as conn:
-            if self.dialect.lock_submissions is not None:
-                conn.execute(self.dialect.lock_submissions)
-            state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
-            if state is None:
-                raise TaskNotFoundError(f"no task with id {task_id}")
-            check_transition(TaskState(state), TaskState.PENDING, operator=True)
-            holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
-            if holder is not None:
-                raise InvalidTransitionError(
-                    f"task {task_id}'s idempotency key is now held by task {holder}"
-                )
-            seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
-            conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
-            self._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
-            self._wake_others(conn)
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget."""
+        operator_actions.requeue(self, task_id, now)
 
     def stats(self, now: datetime) -> dict[str, Any]:
         """Counts per state, the oldest overdue task, running leases, recent failures."""
-        params = {"now": self._t(now), "since": self._t(now - timedelta(hours=1))}
-        with self._read("reading statistics") as conn:
-            counts = {r.state: r.n for r in conn.execute(SQL_COUNT_BY_STATE)}
-            oldest = conn.execute(SQL_OLDEST_OVERDUE, params).first()
-            overdue = conn.execute(SQL_OVERDUE_BY_NAME, params).all()
-            running = conn.execute(SQL_RUNNING).all()
-            failures = conn.execute(SQL_RECENT_FAILURES, params).all()
-        return {
-            "counts": {state.value: counts.get(state.value, 0) for state in TaskState},
-            "oldest_overdue": None
-            if oldest is None
-            else {
-                "id": oldest.id,
-                "name": oldest.name,
-                "due_at": from_db_time(oldest.due_at),
-                "lag_seconds": (now - from_db_time(oldest.due_at)).total_seconds(),
-            },
-            "overdue_by_name": [
-                {"name": r.name, "tasks": r.n, "oldest_due_at": from_db_time(r.oldest)}
-                for r in overdue
-            ],
-            "running": [
-                {
-                    "id": r.id,
-                    "name": r.name,
-                    "attempt": r.attempts,
-                    "lease_owner": r.lease_owner,
-                    "lease_expires_at": from_db_time(r.lease_expires_at),
-                    "cancel_requested": r.cancel_requested_at is not None,
-                }
-                for r in running
-            ],
-            "failures_last_hour": [
-                {
-                    "id": r.id,
-                    "name": r.name,
-                    "attempts": r.attempts,
-                    "finished_at": from_db_time(r.finished_at),
-                    "error": _error(r.last_error),
-                }
-                for r in failures
-            ],
-        }
+        return operator_actions.stats(self, now)
 
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:
-        """Delete finished tasks (with their events and keys) finished before ``before``.
+        """Delete finished tasks finished before ``before``; returns how many."""
+        return operator_actions.purge(self, before, batch=batch)
 
-        Bounded batches, one transaction each, so writers are never blocked
-        for long. Never touches a live task. Returns how many were deleted.
-        """
-        total = 0
-        while True:
-            with self._write("purging finished tasks") as conn:
-                deleted = conn.execute(
-                    SQL_PURGE_BATCH, {"before": self._t(before), "batch": batch}
-                ).rowcount
-            total += deleted
-            if deleted < batch:
-                return total
-
-    # -- copy (not part of the Store protocol) ----------------------------------------------------
+    # -- moving tasks to another database (not part of the Store protocol): see moving.py ---------
 
     def instance(self) -> int:
         """This database's random identity, made by its migrations."""
-        with self._read("reading the database identity") as conn:
-            return int(conn.execute(SQL_INSTANCE).scalar_one())
+        return moving.instance(self)
 
     def hand_over(
         self, destination: int, now: datetime, *, after: int = 0, batch: int = 500
     ) -> list[tuple[TaskRecord, TaskState]]:
-        """Take up to ``batch`` live tasks with ids above ``after`` out of this database.
-
-        Each becomes CANCELLED here, with a history line saying it is moving to
-        ``destination``; returns each as it was (record, state before). Until
-        :meth:`confirm_move`, :meth:`in_transit` finds them again.
-        """
-        with self._write("handing over live tasks") as conn:
-            live = {
-                r.id: r.state for r in conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch})
-            }
-            if not live:
-                return []
-            rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": self._t(now)}).all()
-            moved = sorted(
-                ((_record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id
-            )
-            for record, state in moved:
-                self._event(
-                    conn,
-                    record.id,
-                    now,
-                    TaskState.CANCELLED,
-                    record.attempts,
-                    _moving(destination, state),
-                )
-        return moved
+        """Take up to ``batch`` live tasks with ids above ``after`` out of this database."""
+        return moving.hand_over(self, destination, now, after=after, batch=batch)
 
     def in_transit(self, destination: int) -> list[tuple[TaskRecord, TaskState]]:
         """Tasks handed over to ``destination`` whose arrival was never confirmed."""
-        prefix = _moving(destination, None)
-        with self._read("finding tasks in transit") as conn:
-            rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
-        return [(_record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+        return moving.in_transit(self, destination)
 
     def confirm_move(
         self, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
     ) -> None:
         """Rewrite each hand-over line to say which task it became there."""
-        with self._write("confirming moved tasks") as conn:
-            for record, state, new_id in moved:
-                event_id = conn.execute(
-                    SQL_EVENT_ID, {"task_id": record.id, "detail": _moving(destination, state)}
-                ).scalar()
-                if event_id is not None:
-                    conn.execute(
-                        SQL_CONFIRM_MOVE,
-                        {
-                            "event_id": event_id,
-                            "detail": f"moved to database {destination} as task {new_id} "
-                            f"(was {state.value})",
-                        },
-                    )
+        moving.confirm_move(self, destination, moved)
 
     def receive(
         self, source: int, moved: Sequence[tuple[TaskRecord, TaskState]], now: datetime
     ) -> list[tuple[int, str]]:
-        """Store tasks handed over by database ``source``, each at most once ever.
-
-        Returns, per task, (its id here, how): "copied", "already" (copied
-        before) or "key" (a task here already holds its idempotency key).
-        """
-        results: list[tuple[int, str]] = []
-        with self._write("receiving copied tasks") as conn:
-            if self.dialect.lock_submissions is not None:
-                conn.execute(self.dialect.lock_submissions)
-            stamp = self._t(now)
-            for record, state in moved:
-                ref = {"source": source, "source_id": record.id}
-                known = conn.execute(SQL_COPIED, ref).scalar()
-                if known is not None:
-                    results.append((int(known), "already"))
-                    continue
-                holder = None
-                if record.idempotency_key is not None:
-                    holder = conn.execute(SQL_FIND_KEY, {"key": record.idempotency_key}).scalar()
-                if holder is not None:
-                    conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
-                    results.append((int(holder), "key"))
-                    continue
-                new_id = int(conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one())
-                conn.execute(
-                    SQL_INSERT_COPY,
-                    {
-                        "id": new_id,
-                        "name": record.name,
-                        "args": _dump(record.args),
-                        "state": state.value,
-                        "due_at": self._t(record.due_at),
-                        "attempts": record.attempts,
-                        "max_attempts": record.max_attempts,
-                        "last_error": None
-                        if record.last_error is None
-                        else _error_json(record.last_error),
-                        "key": record.idempotency_key,
-                        "created_at": self._t(record.created_at),
-                        "now": stamp,
-                    },
-                )
-                self._event(
-                    conn,
-                    new_id,
-                    now,
-                    state,
-                    record.attempts,
-                    f"copied from database {source} task {record.id}",
-                )
-                conn.execute(SQL_RECORD_COPY, {**ref, "task_id": new_id, "now": stamp})
-                results.append((new_id, "copied"))
-            self._wake_others(conn)
-        return results
-
-    # -- internals ------------------------------------------------------------------------------
-
-    def _insert(self, conn: Connection, tasks: Sequence[NewTask], now: datetime) -> list[Submitted]:
-        if not tasks:
-            return []
-        if self.dialect.lock_submissions is not None:
-            conn.execute(self.dialect.lock_submissions)
-        if all(task.idempotency_key is None for task in tasks):
-            # The bulk path: no key to look up, every task is new.
-            ids = self._insert_new(conn, tasks, now)
-            return list(map(Submitted, ids, itertools.repeat(True, len(ids))))
-        # Each slot is either the holder of a key already stored, or (index into
-        # `new`, created?) where a repeat of a key within this batch is not created.
-        slots: list[Submitted | tuple[int, bool]] = []
-        new: list[NewTask] = []
-        batch_keys: dict[str, int] = {}
-        for task in tasks:
-            key = task.idempotency_key
-            if key is not None:
-                if key in batch_keys:
-                    slots.append((batch_keys[key], False))
-                    continue
-                holder = conn.execute(SQL_FIND_KEY, {"key": key}).scalar()
-                if holder is not None:
-                    slots.append(Submitted(holder, created=False))
-                    continue
-                batch_keys[key] = len(new)
-            slots.append((len(new), True))
-            new.append(task)
-        ids = self._insert_new(conn, new, now) if new else []
-        return [
-            slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], created=slot[1])
-            for slot in slots
-        ]
-
-    def _insert_new(self, conn: Connection, new: Sequence[NewTask], now: datetime) -> list[int]:
-        """Insert tasks known to be new, with fresh ids; one executemany for them all."""
-        end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()
-        ids = range(end - len(new) + 1, end + 1)
-        stamp = self._t(now)
-        # A batch usually shares one due time: each distinct one is converted once.
-        due = {when: self._t(when) for when in {task.due_at for task in new}}
-        dump = _dump
-        rows = [
-            (
-                task_id,
-                task_id,
-                task.name,
-                task.args_json if task.args_json is not None else dump(task.args),
-                due[task.due_at],
-                task.max_attempts,
-                task.idempotency_key,
-                stamp,
-                stamp,
-            )
-            for task_id, task in zip(ids, new, strict=True)
-        ]
-        # Straight to the driver's executemany: this is the bulk-submit hot path.
-        self._many(conn, self.dialect.insert_task, rows)
-        self._wake_others(conn)
-        return list(ids)
-
-    def _claim(
-        self,
-        conn: Connection,
-        *,
-        owner: str,
-        limit: int,
-        now: datetime,
-        lease: timedelta,
-        names: Collection[str] | None,
-        process_names: Collection[str] = (),
-    ) -> list[Any]:
-        """Claim in ``conn``'s transaction; the rows for :meth:`_claims`, to be made
-        into claims after it commits."""
-        stamp = self._t(now)
-        params: dict[str, Any] = {
-            "owner": owner,
-            "lease_expires_at": self._t(now + lease),
-            "now": stamp,
-            "limit": limit,
-        }
-        sql = self.dialect.claim
-        if names is not None:
-            ordered = sorted(names)
-            sql = self.dialect.claim_for(len(ordered))
-            params.update((f"n{i}", name) for i, name in enumerate(ordered))
-        # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key
-        rows = self._rows(conn, sql, params)
-        if not rows:
-            return []
-        in_process = [r[0] for r in rows if r[2] in process_names]
-        if in_process:
-            conn.execute(SQL_IN_PROCESS, {"ids": in_process})
-        if not self.dialect.writes_history:
-            detail = f"claimed by {owner}"
-            self._many(
-                conn,
-                self.dialect.insert_events,
-                [(r[0], stamp, "RUNNING", r[4], detail) for r in rows],
-            )
-        return rows
-
-    @staticmethod
-    def _claims(rows: list[Any], owner: str, now: datetime, lease: timedelta) -> list[Claim]:
-        """Claims from the rows :meth:`_claim` returned, in (due_at, seq) order."""
-        rows.sort(key=lambda r: (r[7], r[1]))  # times compare as stored
-        expires = now + lease
-        due: dict[Any, datetime] = {}  # tasks submitted together share a due time
-        claims = []
-        for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key in rows:
-            when = due.get(due_at)
-            if when is None:
-                when = due[due_at] = from_db_time(due_at)
-            claims.append(
-                Claim(
-                    task_id=task_id,
-                    name=name,
-                    args={} if args == "{}" else json.loads(args),
-                    attempt=attempts,
-                    max_attempts=max_attempts,
-                    owner=owner,
-                    fence=fence,
-                    lease_expires_at=expires,
-                    due_at=when,
-                    seq=seq,
-                    idempotency_key=effective_key(task_id, key),
-                )
-            )
-        return claims
-
-    def _record_outcomes(
-        self, conn: Connection, outcomes: Sequence[Outcome], now: datetime, plan: _Plan
-    ) -> list[OutcomeResult]:
-        """Outcomes in the order of ``plan`` (made before the transaction began)."""
-        results: list[OutcomeResult] = [None] * len(outcomes)
-        for step in plan:
-            if isinstance(step, int):
-                results[step] = self._apply(conn, outcomes[step], now)
-                continue
-            for index, state in zip(
-                step.indexes, self._complete_many(conn, step, now), strict=True
-            ):
-                results[index] = state
-        return results
-
-    def _apply(self, conn: Connection, outcome: Outcome, now: datetime) -> OutcomeResult:
-        if outcome.error is not None:
-            return self._fail(conn, outcome, now)
-        if outcome.cancelled:
-            try:
-                return self._acknowledge(conn, outcome.claim, now)
-            except InvalidTransitionError as e:
-                return e
-        if not (outcome.effects or outcome.children):
-            return self._complete(conn, outcome, now)
-        savepoint = conn.begin_nested()
-        try:
-            state = self._complete(conn, outcome, now)
-        except Exception as e:  # an effect raised: undo this outcome alone
-            savepoint.rollback()
-            return e
-        savepoint.commit()
-        return state
-
-    def _complete(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
-        claim = outcome.claim
-        result_json = _dump(outcome.result)
-        params = self._claim_params(claim, now)
-        row = conn.execute(SQL_COMPLETE, {**params, "result": result_json}).first()
-        if row is None:
-            return None
-        conn.execute(
-            SQL_RECORD_KEY,
-            {
-                "key": effective_key(claim.task_id, row.idempotency_key),
-                "task_id": claim.task_id,
-                "now": params["now"],
-                "result": result_json,
-            },
-        )
-        if outcome.children:
-            self._insert(conn, outcome.children, now)
-        for effect in outcome.effects:
-            effect(conn)
-        self._event(conn, claim.task_id, now, TaskState.SUCCEEDED, row.attempts, None)
-        return TaskState.SUCCEEDED
-
-    def _complete_many(
-        self, conn: Connection, run: _SuccessRun, now: datetime
-    ) -> list[TaskState | None]:
-        """Plain successes of distinct tasks in three statements in all: their new states."""
-        stamp = self._t(now)
-        # id, attempts, idempotency_key, result
-        rows = {
-            r[0]: r
-            for r in self._rows(
-                conn, self.dialect.complete_many, {"batch": run.batch, "now": stamp}
-            )
-        }
-        if rows and not self.dialect.writes_history:
-            done = [rows[task_id] for task_id in run.task_ids if task_id in rows]
-            self._many(
-                conn,
-                self.dialect.record_keys,
-                [(effective_key(r[0], r[2]), r[0], stamp, r[3]) for r in done],
-            )
-            self._many(
-                conn,
-                self.dialect.insert_events,
-                [(r[0], stamp, "SUCCEEDED", r[1], None) for r in done],
-            )
-        return [TaskState.SUCCEEDED if task_id in rows else None for task_id in run.task_ids]
-
-    def _fail(self, conn: Connection, outcome: Outcome, now: datetime) -> TaskState | None:
-        assert outcome.error is not None
-        params = {
-            **self._claim_params(outcome.claim, now),
-            "give_up": 1 if outcome.retry_at is None else 0,
-            "retry_at": None if outcome.retry_at is None else self._t(outcome.retry_at),
-            "error": _error_json(outcome.error),
-        }
-        row = conn.execute(SQL_FAIL, params).first()
-        if row is None:
-            return None
-        state = TaskState(row.state)
-        self._event(conn, outcome.claim.task_id, now, state, row.attempts, outcome.error.message)
-        return state
-
-    def _acknowledge(
-        self,
-        conn: Connection,
-        claim: Claim,
-        now: datetime,
-        detail: str = "cancellation acknowledged",
-    ) -> TaskState | None:
-        params = self._claim_params(claim, now)
-        row = conn.execute(SQL_ACK_CANCEL, params).first()
-        if row is None:
-            if conn.execute(SQL_IS_VALID, params).first() is not None:
-                raise InvalidTransitionError(
-                    f"task {claim.task_id} cannot acknowledge a cancellation nobody requested"
-                )
-            return None
-        self._event(conn, claim.task_id, now, TaskState.CANCELLED, row.attempts, detail)
-        return TaskState.CANCELLED
-
-    def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
-        self,
-        conn: Connection,
-        task_id: int,
-        at: datetime,
-        state: TaskState,
-        attempt: int,
-        detail: str | None,
-    ) -> None:
-        """Append one line to the task's history, in the transaction that made the change."""
-        conn.execute(
-            SQL_INSERT_EVENT,
-            {
-                "task_id": task_id,
-                "at": self._t(at),
-                "state": state.value,
-                "attempt": attempt,
-                "detail": detail,
-            },
-        )
-
-    def _claim_params(self, claim: Claim, now: datetime) -> dict[str, Any]:
-        return {
-            "id": claim.task_id,
-            "owner": claim.owner,
-            "fence": claim.fence,
-            "now": self._t(now),
-        }
+        """Store tasks handed over by database ``source``, each at most once ever."""
+        return moving.receive(self, source, moved, now)
 
 
 def _running_cancel(environment: str | None) -> CancelOutcome:
     return CancelOutcome.ENFORCED if environment == Environment.PROCESS else CancelOutcome.REQUESTED
-
-
-def _moving(destination: int, state: TaskState | None) -> str:
-    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
-    head = f"moving to database {destination} "
-    return head if state is None else f"{head}(was {state.value})"
-
-
-def _record(row: Row[Any]) -> TaskRecord:
-    return TaskRecord(
-        id=row.id,
-        seq=row.seq,
-        name=row.name,
-        args=json.loads(row.args),
-        state=TaskState(row.state),
-        due_at=from_db_time(row.due_at),
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        lease_owner=row.lease_owner,
-        lease_expires_at=_opt_time(row.lease_expires_at),
-        fence=row.fence,
-        cancel_requested_at=_opt_time(row.cancel_requested_at),
-        result=None if row.result is None else json.loads(row.result),
-        last_error=_error(row.last_error),
-        idempotency_key=row.idempotency_key,
-        created_at=from_db_time(row.created_at),
-        updated_at=from_db_time(row.updated_at),
-        finished_at=_opt_time(row.finished_at),
-        environment=row.environment,
-    )

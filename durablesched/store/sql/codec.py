@@ -1,0 +1,86 @@
+"""Values as the tables hold them: times, JSON, and rows read back as records.
+
+SQLite stores a time as fixed-width UTC text, PostgreSQL as ``timestamptz``;
+both read back through :func:`from_db_time`. JSON is compact text on both
+(PostgreSQL's ``jsonb`` comes back as text too, see ``create_postgres_engine``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row
+
+from durablesched.records import ErrorInfo, TaskRecord
+from durablesched.states import TaskState
+
+# -- times ---------------------------------------------------------------------------------------
+
+
+def to_db_time(when: datetime) -> str:
+    """SQLite: UTC, fixed width, so that text order is time order and a person can read it."""
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def as_utc(when: datetime) -> datetime:
+    """PostgreSQL: the datetime itself, in UTC, bound as ``timestamptz``."""
+    return when.astimezone(UTC)
+
+
+def from_db_time(value: str | datetime) -> datetime:
+    """A stored time (SQLite's text or PostgreSQL's timestamptz) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def opt_time(value: str | datetime | None) -> datetime | None:
+    return None if value is None else from_db_time(value)
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def dump(value: Any) -> str:
+    """Compact, and strict: NaN and infinities are refused, not stored as invalid JSON."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def error_json(error: ErrorInfo) -> str:
+    return dump(error.to_dict())
+
+
+def error_from_json(value: str | None) -> ErrorInfo | None:
+    if value is None:
+        return None
+    return ErrorInfo.from_dict(json.loads(value))
+
+
+# -- rows ----------------------------------------------------------------------------------------
+
+
+def record(row: Row[Any]) -> TaskRecord:
+    """A row of ``TASK_COLUMNS`` (statements.py) as a :class:`TaskRecord`."""
+    return TaskRecord(
+        id=row.id,
+        seq=row.seq,
+        name=row.name,
+        args=json.loads(row.args),
+        state=TaskState(row.state),
+        due_at=from_db_time(row.due_at),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_owner=row.lease_owner,
+        lease_expires_at=opt_time(row.lease_expires_at),
+        fence=row.fence,
+        cancel_requested_at=opt_time(row.cancel_requested_at),
+        result=None if row.result is None else json.loads(row.result),
+        last_error=error_from_json(row.last_error),
+        idempotency_key=row.idempotency_key,
+        created_at=from_db_time(row.created_at),
+        updated_at=from_db_time(row.updated_at),
+        finished_at=opt_time(row.finished_at),
+        environment=row.environment,
+    )

@@ -1,0 +1,164 @@
+"""A SQL store's side of moving live tasks to another database (see ``store/move.py``).
+
+The source hands tasks over (CANCELLED here, a history line naming the
+destination), the destination receives each at most once ever, and the source
+confirms the move by rewriting that line. Not part of the Store protocol;
+``SQLStore`` offers each step as a method of the same name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from durablesched.records import TaskRecord
+from durablesched.states import TaskState
+from durablesched.store.sql.codec import dump, error_json, record
+from durablesched.store.sql.statements import (
+    SQL_ALLOCATE,
+    SQL_CONFIRM_MOVE,
+    SQL_COPIED,
+    SQL_EVENT_ID,
+    SQL_FIND_KEY,
+    SQL_HAND_OVER,
+    SQL_IN_TRANSIT,
+    SQL_INSERT_COPY,
+    SQL_INSTANCE,
+    SQL_LIVE_IDS,
+    SQL_RECORD_COPY,
+)
+from durablesched.store.sql.transactions import Transactions
+
+
+def instance(tx: Transactions) -> int:
+    """This database's random identity, made by its migrations."""
+    with tx._read("reading the database identity") as conn:
+        return int(conn.execute(SQL_INSTANCE).scalar_one())
+
+
+def hand_over(
+    tx: Transactions, destination: int, now: datetime, *, after: int = 0, batch: int = 500
+) -> list[tuple[TaskRecord, TaskState]]:
+    """Take up to ``batch`` live tasks with ids above ``after`` out of this database.
+
+    Each becomes CANCELLED here, with a history line saying it is moving to
+    ``destination``; returns each as it was (record, state before). Until
+    :func:`confirm_move`, :func:`in_transit` finds them again.
+    """
+    with tx._write("handing over live tasks") as conn:
+        live = {r.id: r.state for r in conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch})}
+        if not live:
+            return []
+        rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": tx._t(now)}).all()
+        moved = sorted(((record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id)
+        for task, state in moved:
+            tx._event(
+                conn,
+                task.id,
+                now,
+                TaskState.CANCELLED,
+                task.attempts,
+                _moving(destination, state),
+            )
+    return moved
+
+
+def in_transit(tx: Transactions, destination: int) -> list[tuple[TaskRecord, TaskState]]:
+    """Tasks handed over to ``destination`` whose arrival was never confirmed."""
+    prefix = _moving(destination, None)
+    with tx._read("finding tasks in transit") as conn:
+        rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
+    return [(record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+
+
+def confirm_move(
+    tx: Transactions, destination: int, moved: Sequence[tuple[TaskRecord, TaskState, int]]
+) -> None:
+    """Rewrite each hand-over line to say which task it became there."""
+    with tx._write("confirming moved tasks") as conn:
+        for task, state, new_id in moved:
+            event_id = conn.execute(
+                SQL_EVENT_ID, {"task_id": task.id, "detail": _moving(destination, state)}
+            ).scalar()
+            if event_id is not None:
+                conn.execute(
+                    SQL_CONFIRM_MOVE,
+                    {
+                        "event_id": event_id,
+                        "detail": f"moved to database {destination} as task {new_id} "
+                        f"(was {state.value})",
+                    },
+                )
+
+
+def receive(
+    tx: Transactions,
+    source: int,
+    moved: Sequence[tuple[TaskRecord, TaskState]],
+    now: datetime,
+) -> list[tuple[int, str]]:
+    """Store tasks handed over by database ``source``, each at most once ever.
+
+    Returns, per task, (its id here, how): "copied", "already" (copied
+    before) or "key" (a task here already holds its idempotency key).
+    """
+    results: list[tuple[int, str]] = []
+    with tx._write("receiving copied tasks") as conn:
+        if tx.dialect.lock_submissions is not None:
+            conn.execute(tx.dialect.lock_submissions)
+        for task, state in moved:
+            results.append(_arrive(tx, conn, source, task, state, now))
+        tx._wake_others(conn)
+    return results
+
+
+def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in order
+    tx: Transactions,
+    conn: Connection,
+    source: int,
+    task: TaskRecord,
+    state: TaskState,
+    now: datetime,
+) -> tuple[int, str]:
+    """One arriving task: found before, deduplicated by key, or stored anew."""
+    stamp = tx._t(now)
+    ref = {"source": source, "source_id": task.id}
+    known = conn.execute(SQL_COPIED, ref).scalar()
+    if known is not None:
+        return int(known), "already"
+    holder = None
+    if task.idempotency_key is not None:
+        holder = conn.execute(SQL_FIND_KEY, {"key": task.idempotency_key}).scalar()
+    if holder is not None:
+        conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
+        return int(holder), "key"
+    new_id = int(conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one())
+    conn.execute(
+        SQL_INSERT_COPY,
+        {
+            "id": new_id,
+            "name": task.name,
+            "args": dump(task.args),
+            "state": state.value,
+            "due_at": tx._t(task.due_at),
+            "attempts": task.attempts,
+            "max_attempts": task.max_attempts,
+            "last_error": None if task.last_error is None else error_json(task.last_error),
+            "key": task.idempotency_key,
+            "created_at": tx._t(task.created_at),
+            "now": stamp,
+        },
+    )
+    tx._event(
+        conn, new_id, now, state, task.attempts, f"copied from database {source} task {task.id}"
+    )
+    conn.execute(SQL_RECORD_COPY, {**ref, "task_id": new_id, "now": stamp})
+    return new_id, "copied"
+
+
+def _moving(destination: int, state: TaskState | None) -> str:
+    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
+    head = f"moving to database {destination} "
+    return head if state is None else f"{head}(was {state.value})"

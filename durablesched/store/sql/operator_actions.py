@@ -1,0 +1,115 @@
+"""What an operator does to a SQL store (the CLI's retry, stats and purge).
+
+Not part of the Store protocol: the worker never needs them. ``SQLStore``
+offers each as a method of the same name.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from durablesched.errors import InvalidTransitionError, TaskNotFoundError
+from durablesched.states import TaskState, check_transition
+from durablesched.store.sql.codec import error_from_json, from_db_time
+from durablesched.store.sql.statements import (
+    SQL_ALLOCATE,
+    SQL_COUNT_BY_STATE,
+    SQL_KEY_HELD_BY_OTHER,
+    SQL_OLDEST_OVERDUE,
+    SQL_OVERDUE_BY_NAME,
+    SQL_PURGE_BATCH,
+    SQL_RECENT_FAILURES,
+    SQL_REQUEUE,
+    SQL_RUNNING,
+    SQL_STATE,
+)
+from durablesched.store.sql.transactions import Transactions
+
+
+def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
+    """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+
+    :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+    if the task is in another state or another task now holds its key.
+    """
+    stamp = tx._t(now)
+    with tx._write(f"requeueing task {task_id}") as conn:
+        if tx.dialect.lock_submissions is not None:
+            conn.execute(tx.dialect.lock_submissions)
+        state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
+        if state is None:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        check_transition(TaskState(state), TaskState.PENDING, operator=True)
+        holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
+        if holder is not None:
+            raise InvalidTransitionError(
+                f"task {task_id}'s idempotency key is now held by task {holder}"
+            )
+        seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
+        conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
+        tx._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
+        tx._wake_others(conn)
+
+
+def stats(tx: Transactions, now: datetime) -> dict[str, Any]:
+    """Counts per state, the oldest overdue task, running leases, recent failures."""
+    params = {"now": tx._t(now), "since": tx._t(now - timedelta(hours=1))}
+    with tx._read("reading statistics") as conn:
+        counts = {r.state: r.n for r in conn.execute(SQL_COUNT_BY_STATE)}
+        oldest = conn.execute(SQL_OLDEST_OVERDUE, params).first()
+        overdue = conn.execute(SQL_OVERDUE_BY_NAME, params).all()
+        running = conn.execute(SQL_RUNNING).all()
+        failures = conn.execute(SQL_RECENT_FAILURES, params).all()
+    return {
+        "counts": {state.value: counts.get(state.value, 0) for state in TaskState},
+        "oldest_overdue": None
+        if oldest is None
+        else {
+            "id": oldest.id,
+            "name": oldest.name,
+            "due_at": from_db_time(oldest.due_at),
+            "lag_seconds": (now - from_db_time(oldest.due_at)).total_seconds(),
+        },
+        "overdue_by_name": [
+            {"name": r.name, "tasks": r.n, "oldest_due_at": from_db_time(r.oldest)} for r in overdue
+        ],
+        "running": [
+            {
+                "id": r.id,
+                "name": r.name,
+                "attempt": r.attempts,
+                "lease_owner": r.lease_owner,
+                "lease_expires_at": from_db_time(r.lease_expires_at),
+                "cancel_requested": r.cancel_requested_at is not None,
+            }
+            for r in running
+        ],
+        "failures_last_hour": [
+            {
+                "id": r.id,
+                "name": r.name,
+                "attempts": r.attempts,
+                "finished_at": from_db_time(r.finished_at),
+                "error": error_from_json(r.last_error),
+            }
+            for r in failures
+        ],
+    }
+
+
+def purge(tx: Transactions, before: datetime, *, batch: int = 10_000) -> int:
+    """Delete finished tasks (with their events and keys) finished before ``before``.
+
+    Bounded batches, one transaction each, so writers are never blocked
+    for long. Never touches a live task. Returns how many were deleted.
+    """
+    total = 0
+    while True:
+        with tx._write("purging finished tasks") as conn:
+            deleted = conn.execute(
+                SQL_PURGE_BATCH, {"before": tx._t(before), "batch": batch}
+            ).rowcount
+        total += deleted
+        if deleted < batch:
+            return total

@@ -1,0 +1,61 @@
+"""Crash recovery: finalising tasks whose worker stopped renewing its lease.
+
+The lost attempt counts. Each UPDATE re-checks state, fence and expiry
+(``SQL_RECLAIM``), so a completion that landed a moment earlier is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from durablesched.errors import LeaseExpired
+from durablesched.records import ErrorInfo, Reclaimed
+from durablesched.states import TaskState
+from durablesched.store.protocol import RetryDelay
+from durablesched.store.sql.codec import error_json, from_db_time
+from durablesched.store.sql.statements import SQL_ANY_EXPIRED, SQL_EXPIRED, SQL_RECLAIM
+from durablesched.store.sql.transactions import Transactions
+
+
+def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+    """CANCELLED if cancellation was requested, FAILED if attempts are exhausted, else
+    RETRY_WAIT after ``retry_delay``. A read looks first: no expiry, no write lock."""
+    stamp = tx._t(now)
+    with tx._read("looking for expired leases") as conn:
+        if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
+            return []
+    reclaimed: list[Reclaimed] = []
+    with tx._write("reclaiming expired leases") as conn:
+        for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
+            detail = (
+                f"lease of {r.lease_owner} expired at "
+                f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
+            )
+            error = ErrorInfo.recorded(LeaseExpired, detail)
+            due_at: datetime | None = None
+            finished_at: datetime | None = now
+            if r.cancel_requested_at is not None:
+                state = TaskState.CANCELLED
+            elif r.attempts >= r.max_attempts:
+                state = TaskState.FAILED
+            else:
+                state = TaskState.RETRY_WAIT
+                due_at = now + retry_delay(r.name, r.attempts)
+                finished_at = None
+            updated = conn.execute(
+                SQL_RECLAIM,
+                {
+                    "id": r.id,
+                    "fence": r.fence,
+                    "now": stamp,
+                    "state": state.value,
+                    "due_at": None if due_at is None else tx._t(due_at),
+                    "finished_at": None if finished_at is None else tx._t(finished_at),
+                    "error": error_json(error),
+                },
+            ).rowcount
+            if updated:
+                tx._event(conn, r.id, now, state, r.attempts, detail)
+                reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
+    return reclaimed

@@ -1,0 +1,286 @@
+"""The SQL both databases run as written, each statement named, with what it does.
+
+Where SQLite and PostgreSQL must differ (the claim's locking, JSON functions,
+writing history in the same statement) the statement is in that database's
+module instead, in its :class:`~durablesched.store.sql.dialect.SQLDialect`.
+Values are always bound (``:name``); only our own column lists and clauses
+are pasted in. Every outcome write names its claim (:data:`VALID`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy.sql.elements import BindParameter
+
+from durablesched.records import Environment
+from durablesched.store.sql.schema import CLAIMABLE_SQL
+
+# -- pieces --------------------------------------------------------------------------------------
+
+#: Valid claim: RUNNING, same owner, same fence, lease not yet expired.
+VALID = (
+    "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
+    "AND lease_expires_at > :now"
+)
+#: Every column of a task, in the order :func:`codec.record` reads them.
+TASK_COLUMNS = (
+    "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
+    "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
+    "created_at, updated_at, finished_at, environment"
+)
+#: What a claim returns per task, in the order the store unpacks it.
+CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
+#: Names bound one parameter each (an expanding IN), compared exactly as stored.
+NAMES_FILTER = "AND name IN :names"
+#: The same in the statements given straight to the driver: ``{names}`` becomes
+#: ``:n0, :n1, ...``, one placeholder per name.
+NAMES_IN = "AND name IN ({names})"
+#: The expanding parameter of :data:`NAMES_FILTER`.
+NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
+
+# -- submitting ----------------------------------------------------------------------------------
+
+#: Take ``:n`` task ids (and seqs) from the counter; returns the last one taken.
+SQL_ALLOCATE = text(
+    "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
+)
+#: The task holding idempotency key ``:key``, if any (PENDING to SUCCEEDED hold it).
+SQL_FIND_KEY = text(
+    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
+    "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+#: New tasks, straight to the driver's executemany; ``{p}`` is its placeholder.
+INSERT_TASK = (
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "idempotency_key, created_at, updated_at) "
+    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p})"
+)
+
+# -- history and keys ----------------------------------------------------------------------------
+
+#: History lines, many at once through the driver; ``{p}`` is its placeholder.
+INSERT_EVENTS = (
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
+)
+#: Idempotency keys with their results, many at once through the driver.
+RECORD_KEYS = (
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
+)
+#: One history line, in the transaction that made the change.
+SQL_INSERT_EVENT = text(
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    "VALUES (:task_id, :at, :state, :attempt, :detail)"
+)
+#: A succeeded task's key with its result.
+SQL_RECORD_KEY = text(
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
+    "VALUES (:key, :task_id, :now, :result)"
+)
+
+# -- outcomes (each fenced by its claim) ---------------------------------------------------------
+
+#: RUNNING -> SUCCEEDED with the result.
+SQL_COMPLETE = text(
+    "UPDATE tasks SET state = 'SUCCEEDED', result = :result, lease_owner = NULL, "
+    "lease_expires_at = NULL, updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} RETURNING attempts, idempotency_key"
+)
+#: ``:give_up`` is 1 when the attempt has no retry; never NULL, so that no
+#: database has to guess the type of a bare NULL parameter.
+_GIVE_UP = "(:give_up = 1 OR cancel_requested_at IS NOT NULL)"
+#: RUNNING -> RETRY_WAIT due at ``:retry_at``, or FAILED (no retry, or cancel requested).
+SQL_FAIL = text(
+    f"UPDATE tasks SET state = CASE WHEN {_GIVE_UP} THEN 'FAILED' ELSE 'RETRY_WAIT' END, "
+    f"due_at = CASE WHEN {_GIVE_UP} THEN due_at ELSE :retry_at END, "
+    f"finished_at = CASE WHEN {_GIVE_UP} THEN :now ELSE NULL END, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
+#: RUNNING -> CANCELLED, only if cancellation was requested.
+SQL_ACK_CANCEL = text(
+    "UPDATE tasks SET state = 'CANCELLED', lease_owner = NULL, lease_expires_at = NULL, "
+    "updated_at = :now, finished_at = :now "
+    f"WHERE {VALID} AND cancel_requested_at IS NOT NULL RETURNING attempts"
+)
+#: A stopping worker gives a claim back: the attempt does not count.
+SQL_RELEASE = text(
+    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
+    "ELSE 'CANCELLED' END, "
+    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
+    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
+)
+#: Whether the claim is still valid (to tell a lost claim from a refused write).
+SQL_IS_VALID = text(f"SELECT 1 FROM tasks WHERE {VALID}")
+
+# -- leases and cancellation ---------------------------------------------------------------------
+
+#: Unexpired leases of tasks ``:ids``, read without renewing them.
+SQL_LEASES = text(
+    "SELECT id, fence, lease_owner, lease_expires_at, cancel_requested_at FROM tasks "
+    "WHERE id IN :ids AND state = 'RUNNING' AND lease_expires_at > :now ORDER BY id"
+).bindparams(bindparam("ids", expanding=True))
+#: A task that has not started: CANCELLED at once.
+SQL_CANCEL_WAITING = text(
+    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
+    f"WHERE id = :id AND {CLAIMABLE_SQL} RETURNING attempts"
+)
+#: A running task: cancellation requested (the first request's time stands).
+SQL_CANCEL_RUNNING = text(
+    "UPDATE tasks SET cancel_requested_at = :now, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND cancel_requested_at IS NULL "
+    "RETURNING environment"
+)
+#: A task's state alone.
+SQL_STATE = text("SELECT state FROM tasks WHERE id = :id")
+#: A task's state, and where its attempt runs (a thread or a child process).
+SQL_STATE_AND_ENVIRONMENT = text("SELECT state, environment FROM tasks WHERE id = :id")
+#: Claimed attempts that run in a child process: their cancellation is enforced.
+SQL_IN_PROCESS = text(
+    f"UPDATE tasks SET environment = '{Environment.PROCESS}' WHERE id IN :ids"
+).bindparams(bindparam("ids", expanding=True))
+
+# -- expired leases ------------------------------------------------------------------------------
+
+#: Whether any lease has expired (a read, before taking the write lock for nothing).
+SQL_ANY_EXPIRED = text(
+    "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
+)
+#: Every RUNNING task whose lease expired at or before ``:now``.
+SQL_EXPIRED = text(
+    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
+    "cancel_requested_at, fence FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
+)
+#: The reclaim re-checks state, fence and expiry itself: a completion that
+#: landed a moment earlier is never overwritten.
+SQL_RECLAIM = text(
+    "UPDATE tasks SET state = :state, due_at = coalesce(:due_at, due_at), "
+    "finished_at = :finished_at, "
+    "last_error = :error, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state = 'RUNNING' AND fence = :fence AND lease_expires_at <= :now"
+)
+
+# -- when to wake --------------------------------------------------------------------------------
+
+#: The earliest due time after ``:now`` of a claimable task, of any name.
+SQL_NEXT_DUE = text(
+    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
+)
+#: The earliest lease expiry after ``:now``.
+SQL_NEXT_EXPIRY = text(
+    "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
+    "ORDER BY lease_expires_at LIMIT 1"
+)
+
+# -- reading tasks -------------------------------------------------------------------------------
+
+#: One task, every column.
+SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
+#: When a task was submitted: the first line of its history.
+SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
+#: The rest of a task's history, oldest first.
+SQL_HISTORY = text(
+    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
+)
+
+
+def sql_list_tasks(*, state: bool, name: bool) -> TextClause:
+    """Up to ``:limit`` tasks in (due_at, seq) order, filtered by ``:state`` and ``:name``
+    where asked."""
+    clauses = []
+    if state:
+        clauses.append("state = :state")
+    if name:
+        clauses.append("name = :name")
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
+
+
+# -- operator actions: the CLI's retry, stats and purge ------------------------------------------
+
+#: FAILED or CANCELLED -> PENDING, due ``:now``, with a fresh attempt budget.
+SQL_REQUEUE = text(
+    "UPDATE tasks SET state = 'PENDING', due_at = :now, seq = :seq, attempts = 0, "
+    "lease_owner = NULL, lease_expires_at = NULL, cancel_requested_at = NULL, result = NULL, "
+    "finished_at = NULL, updated_at = :now "
+    "WHERE id = :id AND state IN ('FAILED', 'CANCELLED') RETURNING id"
+)
+#: Another task now holding task ``:id``'s idempotency key, if any.
+SQL_KEY_HELD_BY_OTHER = text(
+    "SELECT other.id FROM tasks AS this JOIN tasks AS other "
+    "ON other.idempotency_key = this.idempotency_key AND other.id != this.id "
+    "WHERE this.id = :id AND other.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
+)
+#: How many tasks are in each state.
+SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
+#: The claimable task that has waited longest past its due time.
+SQL_OLDEST_OVERDUE = text(
+    f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
+    "ORDER BY due_at, seq LIMIT 1"
+)
+#: Overdue claimable tasks per name, with the oldest due time.
+SQL_OVERDUE_BY_NAME = text(
+    f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
+    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
+)
+#: Every running task with its lease, soonest expiry first.
+SQL_RUNNING = text(
+    "SELECT id, name, attempts, lease_owner, lease_expires_at, cancel_requested_at "
+    "FROM tasks WHERE state = 'RUNNING' ORDER BY lease_expires_at"
+)
+#: Tasks that FAILED since ``:since``, newest first.
+SQL_RECENT_FAILURES = text(
+    "SELECT id, name, attempts, finished_at, last_error FROM tasks "
+    "WHERE state = 'FAILED' AND finished_at >= :since ORDER BY finished_at DESC"
+)
+#: Finished tasks only, oldest first, a bounded batch per transaction.
+SQL_PURGE_BATCH = text(
+    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
+    "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
+    "ORDER BY finished_at LIMIT :batch)"
+)
+
+# -- moving live tasks from one database to another ----------------------------------------------
+
+#: This database's random identity, made by its migrations.
+SQL_INSTANCE = text("SELECT value FROM durablesched_counters WHERE name = 'instance'")
+#: The next ``:batch`` live (claimable) tasks with ids above ``:after``.
+SQL_LIVE_IDS = text(
+    f"SELECT id, state FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after ORDER BY id LIMIT :batch"
+)
+#: Live tasks leave the source as CANCELLED (no worker there can run them again)
+#: before they exist in the destination; the event's detail says where they went.
+SQL_HAND_OVER = text(
+    "UPDATE tasks SET state = 'CANCELLED', updated_at = :now, finished_at = :now "
+    f"WHERE id IN :ids AND {CLAIMABLE_SQL} RETURNING {TASK_COLUMNS}"
+).bindparams(bindparam("ids", expanding=True))
+#: Handed over but not yet confirmed: a move that stopped half way finishes these first.
+SQL_IN_TRANSIT = text(
+    f"SELECT {', '.join('t.' + c for c in TASK_COLUMNS.split(', '))}, e.id AS event_id, "
+    "e.detail FROM tasks t JOIN task_events e ON e.task_id = t.id "
+    "WHERE t.state = 'CANCELLED' AND e.state = 'CANCELLED' AND e.detail LIKE :prefix "
+    "ORDER BY t.id"
+)
+#: The hand-over line rewritten to name the task it became.
+SQL_CONFIRM_MOVE = text("UPDATE task_events SET detail = :detail WHERE id = :event_id")
+#: The latest history line of ``:task_id`` that reads exactly ``:detail``.
+SQL_EVENT_ID = text(
+    "SELECT id FROM task_events WHERE task_id = :task_id AND detail = :detail ORDER BY id DESC"
+)
+#: The task a task from another database became here, if it arrived before.
+SQL_COPIED = text(
+    "SELECT task_id FROM durablesched_copies WHERE source = :source AND source_id = :source_id"
+)
+#: Remember an arrival: (source database, its task id) -> our task id.
+SQL_RECORD_COPY = text(
+    "INSERT INTO durablesched_copies (source, source_id, task_id, copied_at) "
+    "VALUES (:source, :source_id, :task_id, :now)"
+)
+#: An arriving task, stored in the state it left in, with its attempts so far.
+SQL_INSERT_COPY = text(
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "last_error, idempotency_key, created_at, updated_at) VALUES (:id, :id, :name, :args, "
+    ":state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, :created_at, :now)"
+)

@@ -1,0 +1,184 @@
+"""A SQL store's way into its database: transactions, busy retries, the driver-level path.
+
+:class:`Transactions` is the base of :class:`~durablesched.store.sql.store.SQLStore`.
+Its underscore methods are the package's own: the store's modules
+(``submitting``, ``claiming``, ``outcomes``, ``group_commit``,
+``operator_actions``, ``moving``) write through them; users never call them.
+Every write transaction goes through :meth:`Transactions._write`, so a
+subclass that overrides it sees them all.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, exc
+
+from durablesched.errors import StoreError
+from durablesched.states import TaskState
+from durablesched.store.sql.dialect import SQLDialect
+from durablesched.store.sql.statements import SQL_INSERT_EVENT
+from durablesched.store.sql.translate import is_busy, translated
+
+
+class Transactions:
+    """Write transactions on one kept connection, reads on the pool, busy databases retried."""
+
+    def __init__(self, engine: Engine, dialect: SQLDialect, *, busy_timeout: float) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self._t = dialect.time
+        self._reader = engine.execution_options(durablesched_read=True)
+        self.busy_timeout = busy_timeout
+        self._busy_lock = threading.Lock()
+        #: The write connection kept open between transactions, and who is using it.
+        self._kept: Connection | None = None
+        self._kept_lock = threading.Lock()
+        self._kept_owner: int | None = None
+        self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
+        #: Transactions that found the database busy and were retried.
+        self.busy_retries = 0
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        """One write transaction: committed if the body returns, rolled back if it raises.
+
+        A process's writers take turns on one connection kept open, queueing on
+        a lock: the database admits one writer at a time anyway, and a thread
+        woken by a lock goes at once, where SQLite's busy handler polls and
+        sleeps. (A pool checkout and return also cost more than a group commit's
+        statements.) A write started inside another on the same thread (an
+        effect that submits on its own) gets a connection of its own.
+        """
+        with translated(what):
+            nested = self._kept_owner == threading.get_ident()
+            if not nested:
+                if not self._kept_lock.acquire(timeout=self.busy_timeout):
+                    raise StoreError(
+                        f"{what} failed: another thread held the database for "
+                        f"{self.busy_timeout:g}s (database is locked)"
+                    )
+                self._kept_owner = threading.get_ident()
+            try:
+                conn = self._begin(self.engine, None if nested else self._kept)
+                if not nested:
+                    self._kept = conn
+                try:
+                    yield conn
+                    conn.commit()
+                except BaseException:
+                    # A kept connection starts afresh next time: it may be what failed.
+                    if not nested:
+                        self._kept = None
+                    try:
+                        conn.rollback()
+                    finally:
+                        conn.close()
+                    raise
+                if nested:
+                    conn.close()
+            finally:
+                if not nested:
+                    self._kept_owner = None
+                    self._kept_lock.release()
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[Connection]:
+        with translated(what):
+            conn = self._begin(self._reader)
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+                conn.close()
+
+    def _begin(self, engine: Engine, kept: Connection | None = None) -> Connection:
+        """A connection (``kept``, if given and still usable) in a new transaction; a busy
+        database is retried, never surfaced early.
+
+        Only BEGIN can find the database busy (SQLite writes take the lock up
+        front), so retrying it repeats no work.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.002
+        while True:
+            if kept is not None and not kept.closed and not kept.invalidated:
+                conn, kept = kept, None
+            else:
+                conn = engine.connect()
+            try:
+                conn.begin()
+                return conn
+            except exc.OperationalError as e:
+                conn.close()
+                if not is_busy(e) or time.monotonic() + delay > deadline:
+                    raise
+            with self._busy_lock:
+                self.busy_retries += 1
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.25)
+
+    def _close_transactions(self) -> None:
+        """Close the kept connection and the engine's pool."""
+        with self._kept_lock:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
+        self.engine.dispose()
+
+    # -- the hot path: straight to the driver ----------------------------------------------------
+
+    def _rows(self, conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+        """A hot-path statement (from the dialect) straight through the driver: its rows."""
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description else []
+        except self._driver_error as e:
+            raise exc.DBAPIError.instance(sql, params, e, self._driver_error) from e
+        finally:
+            cursor.close()
+
+    def _many(self, conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """A driver-level statement once per row (history lines, keys, bulk inserts)."""
+        cursor = conn.connection.cursor()
+        try:
+            cursor.executemany(sql, rows)
+        except self._driver_error as e:
+            raise exc.DBAPIError.instance(sql, rows, e, self._driver_error) from e
+        finally:
+            cursor.close()
+
+    # -- what every change writes besides itself -------------------------------------------------
+
+    def _wake_others(self, conn: Connection) -> None:
+        """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
+        if self.dialect.notify is not None:
+            conn.execute(self.dialect.notify)
+
+    def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
+        self,
+        conn: Connection,
+        task_id: int,
+        at: datetime,
+        state: TaskState,
+        attempt: int,
+        detail: str | None,
+    ) -> None:
+        """Append one line to the task's history, in the transaction that made the change."""
+        conn.execute(
+            SQL_INSERT_EVENT,
+            {
+                "task_id": task_id,
+                "at": self._t(at),
+                "state": state.value,
+                "attempt": attempt,
+                "detail": detail,
+            },
+        )
