@@ -203,3 +203,17 @@ def test_a_list_limit_past_64_bits_is_a_configuration_error(scheduler: Scheduler
     with pytest.raises(ConfigurationError, match="limit must be at most"):
         scheduler.list_tasks(limit=2**70)
     assert scheduler.list_tasks(limit=2**63 - 1) == []
+
+
+def test_docs_api_md_states_the_limits_in_force() -> None:
+    from durablesched import submission  # noqa: PLC0415 - the constants under test
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    for row in (
+        f"| task name | {submission.MAX_NAME_LENGTH} characters |",
+        f"| idempotency key | {submission.MAX_KEY_LENGTH} characters |",
+        f"| argument nesting | {submission.MAX_ARGS_DEPTH} levels (the object itself is level 1) |",
+        f"| arguments as UTF-8 JSON | {submission.MAX_ARGS_BYTES:,} bytes (1 MiB) |",
+        f"| `max_attempts` | 1 to {submission.MAX_ATTEMPTS:,} (PostgreSQL's `integer`) |",
+    ):
+        assert row in docs, f"docs/api.md must say: {row}"
