@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, timedelta
@@ -261,10 +262,15 @@ def snapshot(db: Path) -> tuple[bytes | None, bytes | None]:
 
 @pytest.fixture
 def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A database file for this test alone, named by DURABLESCHED_DB; nothing else set."""
+    """A database file for this test alone, named by DURABLESCHED_DB; nothing else set.
+
+    The test runs in its own folder: a generated ``--db 0`` is a file there.
+    """
     for name in list(os.environ):
         if name.startswith("DURABLESCHED_"):
             monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --app puts the folder on it
     db = tmp_path / "fuzz.db"
     monkeypatch.setenv("DURABLESCHED_DB", str(db))
     levels = {n: logging.getLogger(n).level for n in ("durablesched", "alembic")}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,6 +56,8 @@ def run(
         if name.startswith("DURABLESCHED_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("DURABLESCHED_DB", str(db))
+    monkeypatch.chdir(db.parent)  # a relative --db is a file there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --app puts the folder on it
     levels = {n: logging.getLogger(n).level for n in ("durablesched", "alembic")}
 
     def run(*argv: str, env: dict[str, str] | None = None) -> Result:
