@@ -114,6 +114,14 @@ class Scheduler:
         """Tasks in (due_at, seq) order, optionally of one state or name."""
         if isinstance(limit, int) and limit > MAX_INT64:
             raise ConfigurationError(f"limit must be at most {MAX_INT64}, got {limit}")
+        if isinstance(name, str) and not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigurationError(
+                    f"name must be valid Unicode (no task has a lone surrogate in its name), "
+                    f"got {name!r}"
+                ) from None
         return self.store.list_tasks(state=state, name=name, limit=limit)
 
     def cancel(self, task_id: int) -> CancelOutcome:

@@ -199,10 +199,14 @@ def test_ids_no_64_bit_column_holds_are_not_found(scheduler: Scheduler, task_id:
             call(task_id)
 
 
-def test_a_list_limit_past_64_bits_is_a_configuration_error(scheduler: Scheduler) -> None:
+def test_a_list_limit_past_64_bits_or_a_name_no_task_can_have_is_a_configuration_error(
+    scheduler: Scheduler,
+) -> None:
     with pytest.raises(ConfigurationError, match="limit must be at most"):
         scheduler.list_tasks(limit=2**70)
-    assert scheduler.list_tasks(limit=2**63 - 1) == []
+    with pytest.raises(ConfigurationError, match="name must be valid Unicode"):
+        scheduler.list_tasks(name="x\udcff")
+    assert scheduler.list_tasks(limit=2**63 - 1, name="é") == []
 
 
 def test_docs_api_md_states_the_limits_in_force() -> None:
