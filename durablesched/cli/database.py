@@ -56,6 +56,14 @@ def check_db(db: str, option: str = "--db") -> str:
             f"{option} must name a file: an in-memory SQLite database would vanish "
             f"when the command exits (got {db!r})"
         )
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(db)
+    except (ArgumentError, ValueError) as e:  # a port that is not a number, say
+        reason = "it cannot be read" if isinstance(e, ArgumentError) else str(e)
+        raise UsageError(f"{option} must be a valid URL ({reason}): {display_db(db)}") from None
     return db
 
 

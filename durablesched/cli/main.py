@@ -36,8 +36,10 @@ def wants_json(argv: Sequence[str] | None) -> bool:
 
 def report(message: str, code: int, *, prog: str = PROG, as_json: bool) -> int:
     """One line on stderr saying what went wrong; returns the exit code."""
-    # A lone surrogate from argv (bytes that are not UTF-8) is shown escaped.
+    # A lone surrogate from argv (bytes that are not UTF-8) is shown escaped, and a
+    # database's message over several lines (PostgreSQL's hints) becomes one.
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     if as_json:
         print(json.dumps({"error": message, "exit_code": code}, ensure_ascii=True), file=sys.stderr)
     elif code == EXIT_USAGE:

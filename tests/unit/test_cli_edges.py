@@ -210,7 +210,15 @@ def test_errors_without_json_stay_text(run: Run) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["mysql://user:secret@host/db", "redis://h:1/0", "sqlite://", "sqlite:///:memory:", ""],
+    [
+        "mysql://user:secret@host/db",
+        "redis://h:1/0",
+        "sqlite://",
+        "sqlite:///:memory:",
+        "",
+        "postgresql://user:secret@host:port/db",
+        "postgresql://user:secret@[::1/db",
+    ],
 )
 def test_a_db_that_cannot_be_one_exits_2_saying_what_can(run: Run, url: str) -> None:
     result = run("stats", "--db", url)
@@ -381,3 +389,12 @@ def test_move_names_the_databases_by_path_and_number(run: Run, tmp_path: Path) -
     )
     assert report["source"]["database"] == str(source)
     usage_error(run("move", "--from", str(source), "--to", "mysql://u:pw@h/db"), "--to must be")
+
+
+def test_a_database_error_over_several_lines_is_reported_on_one(run: Run, pg_url: str) -> None:
+    # A schema that does not exist: PostgreSQL answers with a LINE and a caret.
+    missing = pg_url.replace("search_path%3D", "search_path%3Dnever_created_")
+    result = run("stats", "--db", missing.replace("postgresql://", "postgresql://u:pw@", 1))
+    assert result.code == 1
+    assert len(result.err.splitlines()) == 1 and "StoreError" in result.err
+    assert "pw" not in result.err
