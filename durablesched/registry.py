@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -14,6 +14,9 @@ from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: What stands for the TaskContext when a submit binds a task's arguments.
+_CONTEXT = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +34,46 @@ class TaskDefinition:
     #: An ``async def`` function: it runs on the worker's event loop. Worked out
     #: once: ``inspect`` costs more per call than a no-op task.
     is_async: bool = field(init=False)
+    #: The function's signature, or None where Python cannot tell it (some builtins).
+    signature: inspect.Signature | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
+        try:
+            signature: inspect.Signature | None = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            signature = None
+        object.__setattr__(self, "signature", signature)
+
+    def mismatch(self, arg_names: Iterable[str]) -> str | None:
+        """Why the worker's call with these keyword arguments would fail, or None if it binds.
+
+        The call is the worker's: the context first when ``pass_context``, then
+        the task's arguments as keywords. Only the names matter, not the values.
+        """
+        if self.signature is None:
+            return None
+        names = dict.fromkeys(arg_names)
+        try:
+            if self.pass_context:
+                self.signature.bind(_CONTEXT, **names)
+            else:
+                self.signature.bind(**names)
+        except TypeError as e:
+            return str(e)
+        return None
+
+    def call_signature(self) -> str:
+        """The function as a person reads it: ``build_report(ctx, month, *, draft=False)``."""
+        name = getattr(self.fn, "__name__", None) or type(self.fn).__name__
+        if self.signature is None:
+            return f"{name}(...)"
+        bare = [
+            p.replace(annotation=inspect.Parameter.empty)
+            for p in self.signature.parameters.values()
+        ]
+        plain = self.signature.replace(parameters=bare, return_annotation=inspect.Signature.empty)
+        return f"{name}{plain}"
 
 
 class TaskRegistry:

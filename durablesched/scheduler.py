@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.clock import Clock, SystemClock
-from durablesched.errors import TaskNotFoundError
+from durablesched.errors import ConfigurationError, TaskNotFoundError
 from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
 from durablesched.states import TaskState
 from durablesched.store.protocol import Store
-from durablesched.submission import build_many, build_task
+from durablesched.submission import MAX_INT64, build_many, build_task
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -94,6 +94,7 @@ class Scheduler:
 
     def get(self, task_id: int) -> TaskRecord:
         """The task as stored now; :class:`TaskNotFoundError` if there is none."""
+        _check_id(task_id)
         task = self.store.get(task_id)
         if task is None:
             raise TaskNotFoundError(f"no task with id {task_id}")
@@ -101,6 +102,7 @@ class Scheduler:
 
     def history(self, task_id: int) -> list[TaskEvent]:
         """Every state the task went through, oldest first."""
+        _check_id(task_id)
         events = self.store.history(task_id)
         if not events:
             raise TaskNotFoundError(f"no task with id {task_id}")
@@ -110,6 +112,16 @@ class Scheduler:
         self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
     ) -> list[TaskRecord]:
         """Tasks in (due_at, seq) order, optionally of one state or name."""
+        if isinstance(limit, int) and limit > MAX_INT64:
+            raise ConfigurationError(f"limit must be at most {MAX_INT64}, got {limit}")
+        if isinstance(name, str) and not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigurationError(
+                    f"name must be valid Unicode (no task has a lone surrogate in its name), "
+                    f"got {name!r}"
+                ) from None
         return self.store.list_tasks(state=state, name=name, limit=limit)
 
     def cancel(self, task_id: int) -> CancelOutcome:
@@ -119,6 +131,7 @@ class Scheduler:
         and has been asked to stop; cancellation is cooperative, so it may still
         succeed. TOO_LATE: it had already finished.
         """
+        _check_id(task_id)
         outcome = self.store.request_cancel(task_id, self.clock.now())
         if outcome is CancelOutcome.REQUESTED:
             self._notify("cancel", task_id)
@@ -154,6 +167,12 @@ class Scheduler:
             listeners = list(self._listeners)
         for listener in listeners:
             listener(event, task_id)
+
+
+def _check_id(task_id: int) -> None:
+    """An id no 64-bit column can hold names no task (the SQL drivers would overflow)."""
+    if isinstance(task_id, int) and not -MAX_INT64 - 1 <= task_id <= MAX_INT64:
+        raise TaskNotFoundError(f"no task with id {task_id}: ids are 64-bit integers")
 
 
 def _default_clock(store: Store) -> Clock:

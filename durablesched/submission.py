@@ -10,11 +10,34 @@ from typing import Any
 
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
 from durablesched.records import NewTask
-from durablesched.registry import TaskRegistry
+from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.retry import DEFAULT_RETRY
 
+# -- the limits: each said once, here; the CLI and docs/api.md take them from this list ---------
+
+#: Characters in a task name.
 MAX_NAME_LENGTH = 200
+#: Characters in an idempotency key.
 MAX_KEY_LENGTH = 200
+#: Levels of nesting in a task's arguments: the object itself is level 1.
+MAX_ARGS_DEPTH = 64
+#: Bytes of a task's arguments as UTF-8 JSON (1 MiB).
+MAX_ARGS_BYTES = 1024 * 1024
+#: Attempts a task may be given: the largest number a PostgreSQL ``integer`` column holds.
+MAX_ATTEMPTS = 2**31 - 1
+#: Task ids, and limits on how many to read, are 64-bit integers in every backend.
+MAX_INT64 = 2**63 - 1
+
+#: How :func:`build_task` names each argument in its errors: the Python API's
+#: names; the CLI passes its options' names instead.
+API_NAMES: Mapping[str, str] = {
+    "name": "task name",
+    "args": "arguments of task {name!r}",
+    "at": "at=",
+    "delay": "delay=",
+    "max_attempts": "max_attempts",
+    "key": "idempotency key",
+}
 
 
 #: One strict encoder (no NaN, no infinities), made once: bulk submits call it per task.
@@ -47,16 +70,28 @@ _C_ENCODE = _c_encoder()
 
 
 def to_json(value: Any, what: str) -> str:
-    """Serialise ``value`` strictly (no NaN, no infinities), naming ``what`` on failure."""
+    """Serialise ``value`` strictly (no NaN, no infinities, valid Unicode), naming ``what``."""
     try:
-        if _C_ENCODE is not None:
-            return "".join(_C_ENCODE(value, 0))
-        return _ENCODER.encode(value)
+        text = "".join(_C_ENCODE(value, 0)) if _C_ENCODE is not None else _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskError(f"{what} must be JSON-serialisable: {exc}") from None
     except RecursionError:
         raise InvalidTaskError(
             f"{what} must be JSON-serialisable: it refers to itself or is nested too deeply"
+        ) from None
+    _check_unicode(text, what)
+    return text
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """Refuse a lone surrogate: UTF-8, and so every database, cannot store one."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidTaskError(
+            f"{what} must be valid Unicode: {e.object[e.start]!r} is a lone surrogate"
         ) from None
 
 
@@ -67,6 +102,8 @@ _SELF_CANONICAL = frozenset({str, bool, int})
 def canonical_json(value: Any, what: str) -> Any:
     """``value`` as it will read back from storage (tuples become lists, and so on)."""
     if value is None or type(value) in _SELF_CANONICAL:
+        if type(value) is str:
+            _check_unicode(value, what)
         return value  # reads back as itself: skip the round trip (most results are None)
     return json.loads(to_json(value, what))
 
@@ -81,29 +118,26 @@ def build_task(
     max_attempts: int | None = None,
     key: str | None = None,
     registry: TaskRegistry | None = None,
+    names: Mapping[str, str] = API_NAMES,
 ) -> NewTask:
-    """Validate one submission and say exactly what is wrong with it."""
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidTaskError(f"task name must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidTaskError(f"task name is longer than {MAX_NAME_LENGTH} characters")
-    if any(not ch.isprintable() for ch in name):
-        raise InvalidTaskError(f"task name {name!r} contains control characters")
-    if registry is not None and name not in registry:
-        raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
-    checked = _check_args(args)
-    args_json = to_json(checked, f"arguments of task {name!r}")
-    due_at = _due_at(now, at, delay)
+    """Validate one submission and say exactly what is wrong with it.
+
+    ``names`` says how the errors name each argument (the CLI names its options).
+    With a ``registry``, the name must be registered and the arguments must bind
+    to its function as the worker will call it.
+    """
+    check_name(name, names["name"])
+    definition = _definition(registry, name)
+    what = names["args"].format(name=name)
+    checked, args_json = check_args(args, what)
+    due_at = _due_at(now, at, delay, names)
     if max_attempts is None:
         max_attempts = (registry.retry_policy(name) if registry else DEFAULT_RETRY).max_attempts
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidTaskError(
-            f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
-        )
-    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH):
-        raise InvalidTaskError(
-            f"idempotency key must be a non-empty string of at most {MAX_KEY_LENGTH} characters"
-        )
+    check_max_attempts(max_attempts, names["max_attempts"])
+    if key is not None:
+        check_key(key, names["key"])
+    # Last: a well-formed submit whose arguments the function cannot take.
+    _check_binding(definition, checked, what)
     return NewTask(name, checked, due_at, max_attempts, key, args_json)
 
 
@@ -130,51 +164,154 @@ def build_many(
     tasks = [first]
     append = tasks.append
     due_at, attempts = first.due_at, first.max_attempts
-    what = f"arguments of task {name!r}"
+    what = API_NAMES["args"].format(name=name)
+    definition = _definition(registry, name)
+    # Binding depends only on the argument names: each set of names is bound once.
+    fits = {tuple(first.args)}
     # Tasks without arguments are all alike: one immutable NewTask stands for each.
     bare = NewTask(name, {}, due_at, attempts, None, "{}")
     for args in items:
         if not args and (args is None or type(args) is dict):
+            if () not in fits:
+                _check_binding(definition, {}, what)
+                fits.add(())
             append(bare)
             continue
-        checked = _check_args(args)
-        append(NewTask(name, checked, due_at, attempts, None, to_json(checked, what)))
+        checked, args_json = check_args(args, what)
+        arg_names = tuple(checked)
+        if arg_names not in fits:
+            _check_binding(definition, checked, what)
+            fits.add(arg_names)
+        append(NewTask(name, checked, due_at, attempts, None, args_json))
     return tasks
 
 
-def _check_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_name(name: object, what: str = API_NAMES["name"]) -> None:
+    """A non-empty printable string of at most MAX_NAME_LENGTH characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidTaskError(f"{what} must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTaskError(f"{what} is longer than {MAX_NAME_LENGTH} characters")
+    if any(not ch.isprintable() for ch in name):
+        # Lone surrogates are not printable either: the name could not be stored.
+        raise InvalidTaskError(f"{what} {name!r} contains control characters or lone surrogates")
+
+
+def check_args(args: Mapping[str, Any] | None, what: str) -> tuple[dict[str, Any], str]:
+    """The arguments as a dict and as JSON, within the limits."""
     if args is None:
-        return {}
-    if not isinstance(args, Mapping):
+        checked: dict[str, Any] = {}
+    elif not isinstance(args, Mapping):
         raise InvalidTaskError(
-            f"task arguments must be a JSON object (a dict of keyword arguments), "
-            f"got {type(args).__name__}"
+            f"{what} must be a JSON object (a dict of keyword arguments), got {type(args).__name__}"
         )
-    for arg_name in args:
-        if not isinstance(arg_name, str) or not arg_name.isidentifier():
-            raise InvalidTaskError(f"argument name {arg_name!r} is not a valid keyword")
-    return dict(args)
+    else:
+        for arg_name in args:
+            if not isinstance(arg_name, str) or not arg_name.isidentifier():
+                raise InvalidTaskError(f"{what}: argument name {arg_name!r} is not a valid keyword")
+        checked = dict(args)
+    try:
+        args_json = to_json(checked, what)
+    except InvalidTaskError:
+        _check_depth(checked, what)  # nested past the limit says so, with the limit
+        raise
+    # Fewer brackets than the limit cannot nest past it: most arguments skip the walk.
+    if args_json.count("{") + args_json.count("[") > MAX_ARGS_DEPTH:
+        _check_depth(checked, what)
+    # Four bytes per character at most: only a long text needs counting.
+    if len(args_json) > MAX_ARGS_BYTES // 4 and len(args_json.encode()) > MAX_ARGS_BYTES:
+        raise InvalidTaskError(
+            f"{what} must be at most {MAX_ARGS_BYTES:,} bytes as JSON, "
+            f"got {len(args_json.encode()):,}"
+        )
+    return checked, args_json
 
 
-def _due_at(now: datetime, at: datetime | None, delay: timedelta | float | None) -> datetime:
+_CONTAINERS = (dict, list, tuple)
+
+
+def _check_depth(args: dict[str, Any], what: str) -> None:
+    """Refuse nesting deeper than MAX_ARGS_DEPTH.
+
+    Walks containers only, depth first, and stops at the limit; a container
+    already seen at this depth or shallower is not walked again, so shared
+    parts cost once and a structure that contains itself ends the walk (the
+    encoder reports it).
+    """
+    stack: list[tuple[Any, int]] = [(v, 2) for v in args.values() if isinstance(v, _CONTAINERS)]
+    seen: dict[int, int] = {}
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_ARGS_DEPTH:
+            raise InvalidTaskError(f"{what} must be nested at most {MAX_ARGS_DEPTH} levels deep")
+        if seen.get(id(value), MAX_ARGS_DEPTH + 1) <= depth:
+            continue
+        seen[id(value)] = depth
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in items if isinstance(v, _CONTAINERS))
+
+
+def _definition(registry: TaskRegistry | None, name: str) -> TaskDefinition | None:
+    if registry is None:
+        return None
+    if name not in registry:
+        raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
+    return registry.get(name)
+
+
+def _check_binding(definition: TaskDefinition | None, args: dict[str, Any], what: str) -> None:
+    if definition is None:
+        return
+    problem = definition.mismatch(args)
+    if problem is not None:
+        raise InvalidTaskError(
+            f"{what} do not fit its function {definition.call_signature()}: {problem}"
+        )
+
+
+def check_max_attempts(value: object, what: str = API_NAMES["max_attempts"]) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise InvalidTaskError(f"{what} must be an integer from 1 to {MAX_ATTEMPTS}, got {value!r}")
+
+
+def check_key(key: object, what: str = API_NAMES["key"]) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidTaskError(
+            f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} characters"
+        )
+    _check_unicode(key, what)
+
+
+def _due_at(
+    now: datetime,
+    at: datetime | None,
+    delay: timedelta | float | None,
+    names: Mapping[str, str] = API_NAMES,
+) -> datetime:
+    at_name, delay_name = names["at"], names["delay"]
     if at is not None and delay is not None:
-        raise InvalidTaskError("give either at= or delay=, not both")
+        raise InvalidTaskError(f"give either {at_name} or {delay_name}, not both")
     if at is not None:
         if not isinstance(at, datetime):
-            raise InvalidTaskError(f"at= must be a datetime, got {type(at).__name__}")
+            raise InvalidTaskError(f"{at_name} must be a datetime, got {type(at).__name__}")
         if at.tzinfo is None or at.utcoffset() is None:
-            raise InvalidTaskError(f"at= is a naive datetime ({at}); give it a time zone")
-        return at.astimezone(UTC)
+            raise InvalidTaskError(f"{at_name} is a naive datetime ({at}); give it a time zone")
+        try:
+            return at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidTaskError(
+                f"{at_name} must fall between years 1 and 9999 in UTC, got {at.isoformat()}"
+            ) from None
     if delay is None:
         return now
     if isinstance(delay, bool) or not isinstance(delay, timedelta | int | float):
-        raise InvalidTaskError(f"delay= must be a timedelta or seconds, got {delay!r}")
+        raise InvalidTaskError(f"{delay_name} must be a timedelta or seconds, got {delay!r}")
     if isinstance(delay, float) and not math.isfinite(delay):
-        raise InvalidTaskError(f"delay= must be finite, got {delay!r}")
+        raise InvalidTaskError(f"{delay_name} must be finite, got {delay!r}")
     try:
         step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
         if step < timedelta(0):
-            raise InvalidTaskError(f"delay= must not be negative, got {delay!r}")
+            raise InvalidTaskError(f"{delay_name} must not be negative, got {delay!r}")
         return now + step
     except OverflowError:
-        raise InvalidTaskError(f"delay= is too large: {delay!r}") from None
+        raise InvalidTaskError(f"{delay_name} is too large: {delay!r}") from None

@@ -132,10 +132,12 @@ def show_final_state(long_id: int) -> None:
         print()
         print_query(conn, "SELECT id, name, attempts, error_type, error_message FROM tasks_failed")
         print()
+        # The id is written into the statement (an int, never text) so that the
+        # line shown is the query as you would type it into sqlite3.
         print_query(
             conn,
-            "SELECT task_id, state, attempt, detail FROM task_events WHERE task_id = ? ORDER BY id",
-            (long_id,),
+            f"SELECT task_id, state, attempt, detail FROM task_events "
+            f"WHERE task_id = {long_id:d} ORDER BY id",
         )
 
 
@@ -164,8 +166,9 @@ def print_new_events(store: SQLiteStore, names: dict[int, str], seen: int, start
     return seen
 
 
-def print_query(conn: sqlite3.Connection, sql: str, params: tuple[object, ...] = ()) -> None:
-    cursor = conn.execute(sql, params)
+def print_query(conn: sqlite3.Connection, sql: str) -> None:
+    """Print ``sql`` as typed at the sqlite3 prompt, then its rows as a table."""
+    cursor = conn.execute(sql)
     headers = [d[0] for d in cursor.description]
     rows = [["-" if v is None else str(v) for v in row] for row in cursor.fetchall()]
     widths = [

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from durablesched.cli.database import readable
+from durablesched.cli.database import check_db, readable
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED
-from durablesched.cli.options import Commands
+from durablesched.cli.options import Commands, option
 from durablesched.cli.output import print_json, table
 from durablesched.cli.values import parse_duration
 from durablesched.clock import SystemClock
-
-#: How long past its due time an unclaimed task is reported, by default.
-OVERDUE_AFTER = "5m"
 
 
 def register(commands: Commands) -> None:
@@ -23,10 +20,10 @@ def register(commands: Commands) -> None:
         "check the database: integrity, schema revision, expired leases, overdue tasks "
         "(exit 0 only if all is well)",
     )
-    p.add_argument(
+    option(
+        p,
         "--overdue-after",
-        default=OVERDUE_AFTER,
-        help=f"report claimable tasks due longer ago than this (default {OVERDUE_AFTER})",
+        help="report claimable tasks due longer ago than this",
     )
 
 
@@ -34,8 +31,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from durablesched.store.health import check_database
 
     overdue_after = parse_duration(args.overdue_after, "--overdue-after")
-    with readable(args.db):
-        report = check_database(args.db, SystemClock().now(), overdue_after=overdue_after)
+    db = check_db(args.db)
+    with readable(db):
+        report = check_database(db, SystemClock().now(), overdue_after=overdue_after)
     if args.json:
         print_json(
             {

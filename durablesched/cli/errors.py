@@ -9,7 +9,15 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    """A bad argument: exit 2 with a one-line message naming it."""
+    """A bad argument: exit 2 with a one-line message naming it.
+
+    ``prog`` is the command that says so (``durablesched submit`` for an error
+    found by a subcommand's parser).
+    """
+
+    def __init__(self, message: str, *, prog: str = "durablesched") -> None:
+        super().__init__(message)
+        self.prog = prog
 
 
 class Refused(Exception):

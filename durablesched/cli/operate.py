@@ -7,11 +7,11 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from durablesched.cli.database import open_db
+from durablesched.cli.database import check_db, display_db, open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
-from durablesched.cli.options import DEFAULTS, Commands
+from durablesched.cli.options import Commands, option
 from durablesched.cli.output import print_json, table, when
-from durablesched.cli.values import parse_duration, positive_int
+from durablesched.cli.values import durability_of, parse_duration, positive_int
 from durablesched.clock import SystemClock
 
 if TYPE_CHECKING:
@@ -28,9 +28,8 @@ def register(commands: Commands) -> None:
     commands.add("stats", cmd_stats, "counts, overdue work, running leases, recent failures")
 
     p = commands.add("purge", cmd_purge, "delete finished tasks older than a duration")
-    p.add_argument("--older-than", required=True, help="for example 7d, 24h, 90m")
-    batch = DEFAULTS["purge_batch"]
-    p.add_argument("--batch", default=batch, help=f"rows per transaction (default {batch})")
+    option(p, "--older-than", required=True, help="for example 7d, 24h, 90m")
+    option(p, "--batch", default="purge_batch", help="rows per transaction")
 
     _move_options(
         commands.add("move", cmd_move, "move live tasks to another database, safely repeatable")
@@ -40,12 +39,9 @@ def register(commands: Commands) -> None:
 
 def _move_options(p: argparse.ArgumentParser) -> None:
     required = p.add_argument_group("required arguments")
-    required.add_argument(
-        "--from", dest="source", required=True, help="the database the tasks leave"
-    )
-    required.add_argument("--to", required=True, help="the database they go to (created if new)")
-    batch = DEFAULTS["move_batch"]
-    p.add_argument("--batch", default=batch, help=f"tasks per transaction (default {batch})")
+    option(required, "--from", dest="source", required=True, help="the database the tasks leave")
+    option(required, "--to", required=True, help="the database they go to (created if new)")
+    option(p, "--batch", default="move_batch", help="tasks per transaction")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -129,9 +125,13 @@ def move_tasks(args: argparse.Namespace, command: str) -> MoveReport:
     batch = positive_int("--batch", args.batch)
     if not args.source or not args.to:
         raise UsageError(f"{command} needs --from URL and --to URL")
-    source = open_db(args, args.source)
+    # Both checked before either is opened (opening a new SQLite file creates it).
+    check_db(args.source, "--from")
+    check_db(args.to, "--to")
+    durability_of(args.durability)
+    source = open_db(args, args.source, "--from")
     try:
-        destination = open_db(args, args.to)
+        destination = open_db(args, args.to, "--to")
         try:
             return move_live_tasks(source, destination, SystemClock().now, batch=batch)
         finally:
@@ -140,11 +140,16 @@ def move_tasks(args: argparse.Namespace, command: str) -> MoveReport:
         source.close()
 
 
-def print_move_report(report: MoveReport, *, as_json: bool, verb: str) -> None:
-    """The counts; ``verb`` is what the text calls a task stored anew ("moved", "copied").
+def print_move_report(
+    report: MoveReport, args: argparse.Namespace, *, as_json: bool, verb: str
+) -> None:
+    """The counts, and the databases by the names given and by the numbers their
+    tasks' history lines use; ``verb`` is what the text calls a task stored anew
+    ("moved", "copied").
 
     The JSON keys are the same for ``move`` and ``copy``, so a script can switch names.
     """
+    source, destination = display_db(args.source), display_db(args.to)
     if as_json:
         print_json(
             {
@@ -152,22 +157,25 @@ def print_move_report(report: MoveReport, *, as_json: bool, verb: str) -> None:
                 "already_copied": report.already,
                 "deduplicated_by_key": report.by_key,
                 "mapping": {str(k): v for k, v in report.mapping.items()},
+                "source": {"database": source, "instance": report.source},
+                "destination": {"database": destination, "instance": report.destination},
             }
         )
     else:
         print(
-            f"moved {report.moved} live task(s): {report.copied} {verb}, "
+            f"moved {report.moved} live task(s) from {source} (database {report.source}) "
+            f"to {destination} (database {report.destination}): {report.copied} {verb}, "
             f"{report.already} {verb} by an earlier run, "
             f"{report.by_key} already present by idempotency key"
         )
 
 
 def cmd_move(args: argparse.Namespace) -> int:
-    print_move_report(move_tasks(args, "move"), as_json=args.json, verb="moved")
+    print_move_report(move_tasks(args, "move"), args, as_json=args.json, verb="moved")
     return EXIT_OK
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
     print(COPY_DEPRECATED, file=sys.stderr)
-    print_move_report(move_tasks(args, "copy"), as_json=args.json, verb="copied")
+    print_move_report(move_tasks(args, "copy"), args, as_json=args.json, verb="copied")
     return EXIT_OK

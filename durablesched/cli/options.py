@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from durablesched.cli.errors import EXIT_USAGE
-from durablesched.records import Environment
+from durablesched.cli.errors import UsageError
+from durablesched.records import OVERDUE_AFTER, Environment
 
 ENV_PREFIX = "DURABLESCHED_"
 
@@ -29,9 +29,11 @@ DEFAULTS: dict[str, str] = {
     "cancel_grace": "5",
     "args": "{}",
     "limit": "50",
-    # Options without a variable, by command: --batch means rows for purge, tasks for move.
+    # --batch means rows for purge and tasks for move: one variable, a default for each.
     "purge_batch": "10000",
     "move_batch": "500",
+    # How long past its due time an unclaimed task is reported by `check`.
+    "overdue_after": f"{OVERDUE_AFTER.total_seconds():g}s",
 }
 
 #: A command: parsed options in, exit code out.
@@ -45,7 +47,9 @@ class Parser(argparse.ArgumentParser):
     commands: tuple[str, ...] = ()
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        # Raised, not printed: ``main`` reports every usage error the same way
+        # (one line, or a JSON object with --json) and returns 2.
+        raise UsageError(message, prog=self.prog)
 
 
 def env_name(option: str) -> str:
@@ -54,24 +58,34 @@ def env_name(option: str) -> str:
 
 
 def option(
-    parser: argparse.ArgumentParser,
+    parser: argparse._ActionsContainer,
     flag: str,
     *,
     help: str,
     suppress: bool = False,
+    required: bool = False,
+    default: str | None = None,
     **kw: Any,
 ) -> None:
     """Add ``--flag`` whose default comes from DURABLESCHED_FLAG, then ``DEFAULTS``.
 
     With ``suppress``, an absent flag sets nothing, so that the same option
-    given before the subcommand is kept.
+    given before the subcommand is kept. ``required`` is met by the flag or by
+    the variable. ``default`` names the ``DEFAULTS`` entry when it is not the
+    option's own name (``--batch`` has one per command).
     """
     name = flag.lstrip("-")
     env = env_name(name)
-    fallback = DEFAULTS.get(name.replace("-", "_"))
+    fallback = DEFAULTS.get(default or name.replace("-", "_"))
     value: Any = argparse.SUPPRESS if suppress else os.environ.get(env, fallback)
     shown = f" (default: {fallback})" if fallback is not None else ""
-    parser.add_argument(flag, default=value, help=f"{help}{shown} (env: {env})", **kw)
+    parser.add_argument(
+        flag,
+        default=value,
+        required=required and env not in os.environ,
+        help=f"{help}{shown} (env: {env})",
+        **kw,
+    )
 
 
 def switch(
@@ -79,20 +93,26 @@ def switch(
 ) -> None:
     """Add an on/off ``--flag``, on when DURABLESCHED_FLAG is set to anything but 0/false/no."""
     env = env_name(flag.lstrip("-"))
-    on = os.environ.get(env, "").lower() not in ("", "0", "false", "no")
     parser.add_argument(
         flag,
         action="store_true",
-        default=argparse.SUPPRESS if suppress else on,
+        default=argparse.SUPPRESS if suppress else switch_is_on(env),
         help=f"{help} (env: {env})",
     )
+
+
+def switch_is_on(env: str) -> bool:
+    """A switch's variable is on when set to anything but empty, 0, false or no."""
+    return os.environ.get(env, "").lower() not in ("", "0", "false", "no")
 
 
 class Commands:
     """Where each command module adds its subcommands; each takes the common options too."""
 
     def __init__(self, parser: Parser, common: Parser) -> None:
-        self._sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+        # Not required by argparse: ``main`` answers a bare ``durablesched`` with
+        # the usage and a hint instead of argparse's "arguments are required".
+        self._sub = parser.add_subparsers(dest="command", parser_class=Parser)
         self._common = common
         self.names: list[str] = []
 

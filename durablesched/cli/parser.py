@@ -6,6 +6,7 @@ Adding a command family is adding its ``register`` to ``REGISTRATIONS``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import metadata
 
 from durablesched.cli import check, operate, schema, tasks, worker
 from durablesched.cli.options import Commands, Parser, option, switch
@@ -39,12 +40,23 @@ def common_options(*, suppress: bool) -> Parser:
     return common
 
 
+def version() -> str:
+    """The installed package's version, from its metadata (no import of the package itself)."""
+    try:
+        return metadata.version("durablesched")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="durablesched",
         description="A durable job queue in one SQLite file. Exit codes: 0 success, "
         "1 not found or refused, 2 usage error.",
         parents=[common_options(suppress=False)],
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
     commands = Commands(parser, common_options(suppress=True))
     for register in REGISTRATIONS:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,14 +13,17 @@ from typing import Any
 from durablesched.cli.app import load_registry
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, Refused, UsageError
+from durablesched.cli.listing import FINISHED_WINDOW, live_first
 from durablesched.cli.options import Commands, option
 from durablesched.cli.output import print_json, record_dict, table, when
 from durablesched.cli.values import parse_duration, positive_int, task_id
 from durablesched.clock import SystemClock
 from durablesched.errors import InvalidTaskError, InvalidTransitionError, TaskNotFoundError
-from durablesched.records import CancelOutcome, TaskEvent, TaskRecord
+from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
+from durablesched.registry import TaskRegistry
 from durablesched.retry import DEFAULT_RETRY
 from durablesched.states import TaskState
+from durablesched.submission import API_NAMES, MAX_ARGS_DEPTH, MAX_ATTEMPTS, build_task, check_name
 
 #: What a cancel achieved, in words; ``--json`` gives the outcome's name instead.
 CANCEL_MESSAGES = {
@@ -30,6 +35,19 @@ CANCEL_MESSAGES = {
     CancelOutcome.TOO_LATE: "too late: it had already finished; nothing changed",
 }
 
+#: How submit's errors name what was wrong: the command's own options.
+CLI_NAMES = {
+    **API_NAMES,
+    "args": "--args for task {name!r}",
+    "at": "--at",
+    "delay": "--delay",
+    "max_attempts": "--max-attempts",
+    "key": "--key",
+}
+
+#: The states ``retry`` takes a task from.
+RETRYABLE = (TaskState.FAILED, TaskState.CANCELLED)
+
 
 def register(commands: Commands) -> None:
     p = commands.add("submit", cmd_submit, "submit a task and print its id")
@@ -37,20 +55,24 @@ def register(commands: Commands) -> None:
     option(
         p,
         "--app",
-        help="check the name against this task registry (MODULE[:ATTR]) and use its retry policy",
+        help="check the name and arguments against this task registry (MODULE[:ATTR]) "
+        "and use its retry policy",
     )
     option(p, "--args", help="arguments as a JSON object")
     due = p.add_mutually_exclusive_group()
-    due.add_argument("--delay", help="due after this long: 30s, 5m, 2h, 1d, 1h30m or seconds")
-    due.add_argument("--at", help="due at this ISO 8601 time with a time zone")
-    p.add_argument(
+    option(due, "--delay", help="due after this long: 30s, 5m, 2h, 1d, 1h30m or seconds")
+    option(due, "--at", help="due at this ISO 8601 time with a time zone")
+    option(
+        p,
         "--max-attempts",
         help="attempts allowed (default: the task's retry policy with --app, else "
         f"{DEFAULT_RETRY.max_attempts})",
     )
-    p.add_argument("--key", help="idempotency key: a live or succeeded task with it is reused")
+    option(p, "--key", help="idempotency key: a live or succeeded task with it is reused")
 
-    p = commands.add("ls", cmd_ls, "list tasks in (due_at, seq) order")
+    p = commands.add(
+        "ls", cmd_ls, "list tasks: running, then waiting by due time, then finished, newest first"
+    )
     option(p, "--state", help="only tasks in this state")
     option(p, "--name", help="only tasks of this name")
     option(p, "--limit", help="at most this many")
@@ -63,11 +85,24 @@ def register(commands: Commands) -> None:
         commands.add(name, func, help).add_argument("id", help="task id")
 
 
-def _json_object(value: str) -> Any:
+_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+               str: "a string", list: "an array"}  # fmt: skip
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    """``--args`` as a dict: a JSON object, parsed without running out of stack."""
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as e:
+        parsed = json.loads(value)
+    except RecursionError:
+        raise UsageError(f"--args must be nested at most {MAX_ARGS_DEPTH} levels deep") from None
+    except ValueError as e:  # JSONDecodeError, or a number too long to convert
         raise UsageError(f"--args is not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise UsageError(
+            f"--args must be a JSON object such as '{{\"n\": 1}}', "
+            f"got {_JSON_KINDS.get(type(parsed), type(parsed).__name__)}"
+        )
+    return parsed
 
 
 def _at(value: str | None) -> datetime | None:
@@ -82,34 +117,80 @@ def _at(value: str | None) -> datetime | None:
     return at
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    from durablesched.scheduler import Scheduler
+def _submission(
+    args: argparse.Namespace,
+) -> tuple[TaskRegistry | None, Callable[[datetime], NewTask]]:
+    """The registry (with --app) and a function that builds the task at a given time.
 
+    Every option is checked here, before the database is opened: a refused
+    submit leaves the file as it was.
+    """
     task_args = _json_object(args.args)
     at = _at(args.at)
     delay: timedelta | None = None
     if args.delay is not None:
         delay = parse_duration(args.delay, "--delay")
-    max_attempts = positive_int("--max-attempts", args.max_attempts) if args.max_attempts else None
-    # With the app's registry the name is checked and the task's own retry
-    # policy sets its attempts, as for a submit from the app itself.
+    if at is not None and delay is not None:
+        raise UsageError(
+            "give --delay or --at, not both (DURABLESCHED_DELAY or DURABLESCHED_AT may set one)"
+        )
+    max_attempts = None
+    if args.max_attempts:
+        max_attempts = positive_int("--max-attempts", args.max_attempts, maximum=MAX_ATTEMPTS)
+    # With the app's registry the name and the arguments are checked against the
+    # task's function, and its own retry policy sets its attempts, as for a
+    # submit from the app itself.
     registry = load_registry(args.app) if args.app else None
-    store = open_db(args)
-    try:
-        scheduler = Scheduler(store, registry=registry)
+
+    def build(now: datetime) -> NewTask:
         try:
-            new_id = scheduler.submit(
-                args.name, task_args, at=at, delay=delay, max_attempts=max_attempts, key=args.key
+            return build_task(
+                args.name,
+                task_args,
+                now=now,
+                at=at,
+                delay=delay,
+                max_attempts=max_attempts,
+                key=args.key,
+                registry=registry,
+                names=CLI_NAMES,
             )
         except InvalidTaskError as e:
             raise UsageError(str(e)) from None
-        task = scheduler.get(new_id)
+
+    build(SystemClock().now())
+    return registry, build
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from durablesched.scheduler import Scheduler
+
+    registry, build = _submission(args)
+    store = open_db(args)
+    try:
+        scheduler = Scheduler(store, registry=registry)
+        now = scheduler.clock.now()
+        (submitted,) = store.submit([build(now)], now)
+        task = scheduler.get(submitted.task_id)
     finally:
         store.close()
     if args.json:
-        print_json({"id": new_id, "state": task.state, "due_at": task.due_at})
-    else:
-        print(new_id)
+        print_json(
+            {
+                "id": task.id,
+                "state": task.state,
+                "due_at": task.due_at,
+                "created": submitted.created,
+            }
+        )
+        return EXIT_OK
+    print(task.id)
+    if not submitted.created:
+        print(
+            f"durablesched: --key {args.key!r} is held by task {task.id} ({task.state}): "
+            "no new task was submitted",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -126,19 +207,34 @@ def _state(value: str | None) -> TaskState | None:
 def cmd_ls(args: argparse.Namespace) -> int:
     state = _state(args.state)
     limit = positive_int("--limit", args.limit)
+    if args.name:
+        try:
+            check_name(args.name, "--name")
+        except InvalidTaskError as e:
+            raise UsageError(str(e)) from None
     store = open_db(args)
     try:
-        tasks = store.list_tasks(state=state, name=args.name or None, limit=limit)
+        listing = live_first(
+            store, state=state, name=args.name or None, limit=limit, now=SystemClock().now()
+        )
     finally:
         store.close()
     if args.json:
-        print_json([record_dict(t) for t in tasks])
+        print_json([record_dict(t) for t in listing.tasks])
         return EXIT_OK
     rows = [
         [t.id, t.name, t.state, when(t.due_at), f"{t.attempts}/{t.max_attempts}", t.lease_owner]
-        for t in tasks
+        for t in listing.tasks
     ]
     print(table(["id", "name", "state", "due_at", "attempts", "lease_owner"], rows))
+    if listing.left_out or listing.more_than:
+        count = f"{'at least ' if listing.more_than else ''}{listing.left_out:,}"
+        print(f"\n{count} more task(s) not shown: raise --limit, or narrow with --state or --name")
+    if listing.window_full:
+        print(
+            f"finished tasks are the most recent of the first {FINISHED_WINDOW:,} per state "
+            "by due time: purge old ones for the newest"
+        )
     return EXIT_OK
 
 
@@ -203,9 +299,17 @@ def cmd_retry(args: argparse.Namespace) -> int:
     wanted = task_id(args.id)
     store = open_db(args)
     try:
-        store.requeue(wanted, SystemClock().now())
-    except (TaskNotFoundError, InvalidTransitionError) as e:
-        raise Refused(str(e)) from None
+        try:
+            store.requeue(wanted, SystemClock().now())
+        except TaskNotFoundError as e:
+            raise Refused(str(e)) from None
+        except InvalidTransitionError as e:
+            task = store.get(wanted)
+            if task is not None and task.state not in RETRYABLE:
+                raise Refused(
+                    f"task {wanted} is {task.state}: only FAILED or CANCELLED tasks can be retried"
+                ) from None
+            raise Refused(str(e)) from None  # its idempotency key is held by another task
     finally:
         store.close()
     if args.json:

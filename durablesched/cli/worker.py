@@ -17,7 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from durablesched.cli.app import load_registry
-from durablesched.cli.database import open_db
+from durablesched.cli.database import check_db, display_db, open_db
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from durablesched.cli.options import Commands, env_name, option, switch
 from durablesched.cli.values import positive_float, positive_int
@@ -177,15 +177,25 @@ def report_stop(store: DurableStore) -> None:
     )
 
 
+def set_log_level(level: int) -> None:
+    """Our lines and the libraries' at ``level``: at warning, opening a new
+    database no longer prints Alembic's INFO lines about creating its schema."""
+    for name in ("durablesched", "alembic"):
+        logging.getLogger(name).setLevel(level)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     options = worker_options(args)
-    logging.getLogger("durablesched").setLevel(options.log_level)
+    check_db(args.db)
+    set_log_level(options.log_level)
     store, worker = build_worker(options, args)
     stop = SignalStop(worker, options.grace)
     stop.install()
     log.info(
-        "worker %s: %s slots, lease %ss, tasks %s",
+        "worker %s: database %s, app %s, %s slots, lease %ss, tasks %s",
         worker.owner,
+        display_db(args.db),
+        args.app,
         options.concurrency,
         options.lease,
         ", ".join(options.registry) or "(none)",

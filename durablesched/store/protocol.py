@@ -233,6 +233,8 @@ class Operator(Protocol):
 
     #: Transactions that found the database busy and were retried (a sign of contention).
     busy_retries: int
+    #: The schema's Alembic revision, as the store found (or migrated) it.
+    schema_revision: str
 
     def requeue(self, task_id: int, now: datetime) -> None:
         """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.

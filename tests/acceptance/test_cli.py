@@ -110,8 +110,12 @@ def test_submit_with_the_app_checks_the_name_and_takes_the_tasks_retry_policy(
     unknown = cli("submit", "no.such.task", *app, db=db)
     assert unknown.returncode == 2
     assert "no task is registered under the name 'no.such.task'" in unknown.stderr
-    chaos = as_json(cli("submit", "chaos", *app, "--json", db=db))["id"]
-    told = as_json(cli("submit", "chaos", *app, "--max-attempts", "2", "--json", db=db))["id"]
+    # chaos(ctx, n, fail): with the app, its arguments must fit the function.
+    fits = ("--args", '{"n": 1, "fail": false}')
+    chaos = as_json(cli("submit", "chaos", *app, *fits, "--json", db=db))["id"]
+    told = as_json(cli("submit", "chaos", *app, *fits, "--max-attempts", "2", "--json", db=db))[
+        "id"
+    ]
     # The variable the worker reads does the same for submit.
     by_env = cli("submit", "no.such.task", db=db, env={"DURABLESCHED_APP": "tests.processes.app"})
     assert by_env.returncode == 2 and "no.such.task" in by_env.stderr
@@ -350,19 +354,24 @@ def test_move_moves_live_tasks_once_and_says_so(tmp_path: Path) -> None:
     ids = [as_json(cli("submit", "record", "--json", db=source))["id"] for _ in range(3)]
     result = cli("move", "--from", str(source), "--to", str(destination))
     assert result.returncode == 0, result.stderr
+    again = as_json(cli("move", "--from", str(source), "--to", str(destination), "--json"))
+    # The databases by the names given, and by the numbers their history lines use.
+    numbers = again["source"]["instance"], again["destination"]["instance"]
     assert result.stdout.strip() == (
-        "moved 3 live task(s): 3 moved, 0 moved by an earlier run, "
+        f"moved 3 live task(s) from {source} (database {numbers[0]}) to {destination} "
+        f"(database {numbers[1]}): 3 moved, 0 moved by an earlier run, "
         "0 already present by idempotency key"
     )
     assert "deprecated" not in result.stderr
     assert all(state_of(source, i) is TaskState.CANCELLED for i in ids)
-    again = as_json(cli("move", "--from", str(source), "--to", str(destination), "--json"))
     # The same keys as copy's, so that a script only changes the command's name.
     assert again == {
         "copied": 0,
         "already_copied": 0,
         "deduplicated_by_key": 0,
         "mapping": {},
+        "source": {"database": str(source), "instance": numbers[0]},
+        "destination": {"database": str(destination), "instance": numbers[1]},
     }
     assert len(as_json(cli("ls", "--json", db=destination))) == 3
     same = cli("move", "--from", str(source), "--to", str(source))
@@ -380,9 +389,9 @@ def test_copy_still_moves_and_warns_once_that_it_is_deprecated(tmp_path: Path) -
     ]
     assert state_of(source, task_id) is TaskState.CANCELLED
     text = cli("copy", "--from", str(source), "--to", str(destination)).stdout
-    assert text.strip() == (
-        "moved 0 live task(s): 0 copied, 0 copied by an earlier run, "
-        "0 already present by idempotency key"
+    assert text.strip().startswith(f"moved 0 live task(s) from {source} (database ")
+    assert text.strip().endswith(
+        ": 0 copied, 0 copied by an earlier run, 0 already present by idempotency key"
     )
 
 
@@ -397,3 +406,42 @@ def test_move_and_copy_help_show_from_and_to_as_required(tmp_path: Path, command
     missing = cli(command, "--from", str(tmp_path / "a.db"))
     assert missing.returncode == 2
     assert "required: --to" in missing.stderr
+
+
+def test_version_bare_and_a_foreign_database_url_in_a_real_process(tmp_path: Path) -> None:
+    from durablesched.cli.parser import version  # noqa: PLC0415 - the function under test
+
+    shown = cli("--version")
+    assert shown.returncode == 0 and shown.stdout == f"durablesched {version()}\n"
+    bare = cli()
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: durablesched ")
+    assert bare.stderr.rstrip().endswith("'durablesched --help' says what each command does")
+    mysql = cli("stats", "--db", "mysql://user:secret@host/db")
+    assert mysql.returncode == 2 and len(mysql.stderr.splitlines()) == 1
+    assert "postgresql://" in mysql.stderr and "secret" not in mysql.stderr
+
+
+def test_log_level_warning_keeps_alembic_quiet_on_a_new_database(tmp_path: Path) -> None:
+    migrated = cli("migrate", db=tmp_path / "migrated.db")
+    assert migrated.returncode == 0 and migrated.stderr == ""
+    quiet = cli(
+        "worker",
+        "--app",
+        "tests.processes.app:registry",
+        "--burst",
+        "--log-level",
+        "warning",
+        db=tmp_path / "new.db",
+        env={"DS_TEST_DIR": str(tmp_path)},
+    )
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = cli(
+        "worker",
+        "--app",
+        "tests.processes.app:registry",
+        "--burst",
+        db=tmp_path / "other.db",
+        env={"DS_TEST_DIR": str(tmp_path)},
+    )
+    assert "alembic" in loud.stderr  # at info they show: the quiet run would show them
+    assert f"database {tmp_path / 'other.db'}, app tests.processes.app:registry" in loud.stderr

@@ -28,6 +28,9 @@ def test_demo_runs_and_the_killed_task_is_finished_by_the_other_worker(tmp_path:
     assert "lease of" in out and "expired" in out
     assert "finished by the surviving worker: SUCCEEDED" in out
     assert "sqlite> SELECT state, tasks FROM queue_summary" in out
+    # Each query is shown as it would be typed: no placeholder left in it.
+    queries = [line for line in out.splitlines() if line.startswith("sqlite> ")]
+    assert queries and not [q for q in queries if "?" in q], queries
     # Nothing left running: no worker process of this demo survives.
     db = str(tmp_path / "durablesched-demo.db").encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

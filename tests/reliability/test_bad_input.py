@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, timedelta
@@ -11,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from durablesched import DurableSchedError, InvalidTaskError, ManualClock, Scheduler, SQLiteStore
 from durablesched.cli.main import main
+from durablesched.cli.parser import build_parser
 
 from ..conftest import T0
 
@@ -186,3 +190,121 @@ def test_cli_exits_0_1_or_2_and_never_with_a_traceback(
     assert "Traceback" not in err, (argv, err)
     if code == 2:
         assert len([line for line in err.splitlines() if "error" in line]) == 1, (argv, err)
+
+
+# -- every command, generated argv, hostile values -------------------------------------------------
+
+APP = "tests.unit.cli_app"
+#: Values any option may meet: valid ones, and those that once gave tracebacks.
+VALUES = [
+    "1", "0", "-1", "7", str(2**63), str(2**70), "inf", "nan", "1e300", "0.05",
+    "5m", "-5m", "1h30m", "99999999999d", "{}", '{"n": 1}', '{"a": 1, "b": 2}', "null",
+    "[1]", "3", '"x"', "[" * 40_000 + "]" * 40_000, '{"a": "\udcff"}', '{"a": "\\ud800"}',
+    "\udcff", "x" * 201, "", "k", "ok", "add", "numbered",
+    "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00", "2030-01-01T00:00:00+00:00",
+    "2030-01-01", "PENDING", "FAILED", "done", "mysql://u:secret@h/db", "sqlite://",
+    "full", "fast", "warning", "loud", "thread", APP, f"{APP}:nope", ".x",
+]  # fmt: skip
+#: Options that take a value, per command ("*": every command).
+OPTIONS = {
+    "*": ["--db", "--durability"],
+    "worker": ["--app", "--concurrency", "--lease", "--grace", "--cancel-grace", "--log-level"],
+    "submit": ["--app", "--args", "--delay", "--at", "--max-attempts", "--key"],
+    "ls": ["--state", "--name", "--limit"],
+    "purge": ["--older-than", "--batch"],
+    "move": ["--from", "--to", "--batch"],
+    "copy": ["--from", "--to", "--batch"],
+}
+#: A value each option takes, drawn as often as all the others together.
+GOOD = {
+    "--durability": ["full", "normal"], "--app": [APP], "--concurrency": ["2"],
+    "--lease": ["5"], "--grace": ["1"], "--cancel-grace": ["1"], "--log-level": ["warning"],
+    "--args": ['{"n": 1}', "{}"], "--delay": ["5m"], "--at": ["2030-01-01T00:00:00+00:00"],
+    "--max-attempts": ["3"], "--key": ["k"], "--state": ["PENDING", "FAILED"],
+    "--name": ["ok"], "--limit": ["3"], "--older-than": ["0s", "7d"], "--batch": ["2"],
+}  # fmt: skip
+#: What a command takes besides options.
+POSITIONALS = {
+    "submit": ["ok", "add", "numbered", "x", "", "\udcff", "x" * 201],
+    **{c: ["1", "2", "0", str(2**63), str(2**70), "x"] for c in ("show", "cancel", "retry")},
+}
+
+
+@st.composite
+def command_lines(draw: st.DrawFn, other_db: str) -> list[str]:
+    """A command, its positional, options with values (valid or not), now and then a
+    switch or a stray word, in any order."""
+    command = draw(st.sampled_from(build_parser().commands))
+    flags = OPTIONS["*"] + OPTIONS.get(command, [])
+    values = st.sampled_from([*VALUES, other_db])
+    words: list[str] = []
+    for flag in draw(st.lists(st.sampled_from(flags), max_size=3)):
+        good = GOOD.get(flag, [os.environ["DURABLESCHED_DB"], other_db])
+        words += [flag, draw(st.one_of(st.sampled_from(good), values))]
+    words += draw(st.lists(st.sampled_from(["--json", "--help", "--version"]), max_size=1))
+    words += draw(st.lists(st.one_of(values, st.text(max_size=4)), max_size=1))
+    if command in POSITIONALS:
+        words.append(draw(st.sampled_from(POSITIONALS[command])))
+    argv = [command, *draw(st.permutations(words))]
+    if command == "worker":
+        argv.append("--burst")  # the worker must stop by itself
+    return argv
+
+
+def snapshot(db: Path) -> tuple[bytes | None, bytes | None]:
+    """The database file and its write-ahead log, as bytes (None: absent)."""
+
+    def read(path: Path) -> bytes | None:
+        return path.read_bytes() if path.exists() else None
+
+    return read(db), read(Path(f"{db}-wal"))
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A database file for this test alone, named by DURABLESCHED_DB; nothing else set.
+
+    The test runs in its own folder: a generated ``--db 0`` is a file there.
+    """
+    for name in list(os.environ):
+        if name.startswith("DURABLESCHED_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --app puts the folder on it
+    db = tmp_path / "fuzz.db"
+    monkeypatch.setenv("DURABLESCHED_DB", str(db))
+    levels = {n: logging.getLogger(n).level for n in ("durablesched", "alembic")}
+    yield db
+    for name, level in levels.items():  # the worker command sets them
+        logging.getLogger(name).setLevel(level)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_every_command_exits_0_1_or_2_and_a_refusal_leaves_the_database_as_it_was(
+    cli_env: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: st.DataObject,
+) -> None:
+    argv = data.draw(command_lines(str(tmp_path / "other.db")), label="argv")
+    before = snapshot(cli_env), snapshot(tmp_path / "other.db")
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:  # --help and --version only: usage errors return 2
+        code = e.code if isinstance(e.code, int) else 2
+        assert code == 0, (argv, e)
+    _out, err = capsys.readouterr()
+    event(f"{argv[0]}: exit {code}")  # --hypothesis-show-statistics shows the spread
+    assert code in (0, 1, 2), (argv, code, err)
+    assert "Traceback" not in err, (argv, err)
+    if code == 2:
+        lines = [line for line in err.splitlines() if "error" in line]
+        assert len(lines) == 1, (argv, err)
+        after = snapshot(cli_env), snapshot(tmp_path / "other.db")
+        assert after == before, f"{argv} was refused but changed a database"

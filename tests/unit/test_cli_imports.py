@@ -1,4 +1,5 @@
-"""``--help`` must stay cheap: the CLI's own modules load no SQLAlchemy or Alembic for it.
+"""``--help`` and ``--version`` must stay cheap: the CLI's own modules load no SQLAlchemy
+or Alembic for them.
 
 The package root ``durablesched/__init__.py`` still imports the stores, so the
 probe loads the CLI under a bare ``durablesched`` package; what it shows is
@@ -24,14 +25,14 @@ sys.modules["durablesched"] = package
 from durablesched.cli.main import main
 from durablesched.cli.parser import build_parser
 
-for argv in (["--help"], *([name, "--help"] for name in build_parser().commands)):
+for argv in (["--help"], ["--version"], *([name, "--help"] for name in build_parser().commands)):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         main(argv)
 print(json.dumps(sorted({name.partition(".")[0] for name in sys.modules})))
 """
 
 
-def test_help_of_every_command_imports_neither_sqlalchemy_nor_alembic() -> None:
+def test_help_of_every_command_and_version_import_neither_sqlalchemy_nor_alembic() -> None:
     package = Path(durablesched.__file__).parent
     result = subprocess.run(
         [sys.executable, "-c", PROBE, str(package)],
