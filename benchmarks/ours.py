@@ -16,7 +16,7 @@ from durablesched import MemoryStore, Scheduler, SQLiteStore
 from durablesched.records import NewTask
 from durablesched.store.sql.codec import from_db_time
 
-from .common import NOW, ROOT, fresh, median, percentile, worker
+from .common import NOW, ROOT, Child, fresh, median, percentile, worker
 
 
 def submit_single(path: Path, n: int) -> float:
@@ -204,8 +204,13 @@ def claim_latencies(
     }
 
 
-def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, float]:
-    """Cross-process pickup latency (submit here, started there) and idle CPU of a worker."""
+def pickup_and_idle(path: Path, samples: int, idle_seconds: float | None) -> dict[str, float]:
+    """Cross-process pickup latency (submit here, started there) and idle CPU of a worker.
+
+    The idle CPU is measured over ``idle_seconds``; with None (the smoke run, which
+    checks that the figure is produced, not its value), until the worker is seen
+    idle: see :func:`until_quiet`.
+    """
     SQLiteStore(fresh(path)).close()
     child = worker(path, "--concurrency", "1")
     store = SQLiteStore(path)
@@ -216,7 +221,10 @@ def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, 
         wait_done(scheduler, first, 30)
         cpu0 = child.cpu_seconds()
         t0 = time.monotonic()
-        time.sleep(idle_seconds)  # the measurement: an idle worker over this period
+        if idle_seconds is None:
+            until_quiet(child)
+        else:
+            time.sleep(idle_seconds)  # the measurement: an idle worker over this period
         idle = (child.cpu_seconds() - cpu0) / (time.monotonic() - t0)
         latencies = pickup_latencies(scheduler, samples)
     finally:
@@ -227,6 +235,25 @@ def pickup_and_idle(path: Path, samples: int, idle_seconds: float) -> dict[str, 
         "pickup_p99_ms": percentile(latencies, 99) * 1e3,
         "idle_cpu_percent": idle * 100,
     }
+
+
+#: How long a worker's CPU time must stand still for :func:`until_quiet` to call it idle.
+QUIET = 0.25
+
+
+def until_quiet(child: Child, most: float = 10.0) -> None:
+    """Return once ``child``'s CPU time has not moved for :data:`QUIET` seconds, or after
+    ``most`` seconds (a worker that never goes quiet gets its figure all the same: a high
+    one)."""
+    end = time.monotonic() + most
+    last, since = child.cpu_seconds(), time.monotonic()
+    while (now := time.monotonic()) < end:
+        cpu = child.cpu_seconds()
+        if cpu != last:
+            last, since = cpu, now
+        elif now - since >= QUIET:
+            return
+        time.sleep(0.01)
 
 
 def pickup_latencies(scheduler: Scheduler, samples: int) -> list[float]:

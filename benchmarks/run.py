@@ -256,7 +256,8 @@ class Sizes:
         self.claim_finished = 10_000 if smoke else 1_000_000
         self.claim_samples = 200 if smoke else 1_000
         self.pickup = 20 if smoke else 200
-        self.idle_seconds = 2.0 if smoke else 30.0
+        #: None: until the worker is seen idle (ours.until_quiet), not a fixed period.
+        self.idle_seconds = None if smoke else 30.0
         self.memory_tasks = 50_000 if smoke else 1_000_000
         self.peer = 500 if smoke else 10_000
         self.attempts = 50 if smoke else 1_000

@@ -25,24 +25,39 @@ def test_manual_clock_moves_only_when_told() -> None:
         ManualClock(datetime(2030, 1, 1))
 
 
+class _Blocking(threading.Event):
+    """An event that says when someone starts blocking on it.
+
+    ``ManualClock.wait`` registers its waiter before it blocks on the event, so
+    once :attr:`blocked` is set, advancing the clock must wake the waiter.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocked = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.blocked.set()
+        return super().wait(timeout)
+
+
 def test_advancing_wakes_a_waiter() -> None:
     clock = ManualClock(START)
-    event = threading.Event()
-    woke = threading.Event()
+    event = _Blocking()
+    answers: list[bool] = []
 
     def waiter() -> None:
-        clock.wait(event, START + timedelta(seconds=5))
-        woke.set()
+        # max_wait bounds the waiter itself: were advance() not to wake it, it
+        # would answer False after WAIT seconds instead of hanging the suite.
+        answers.append(clock.wait(event, START + timedelta(seconds=5), max_wait=WAIT))
 
-    t = threading.Thread(target=waiter)
+    t = threading.Thread(target=waiter, daemon=True)
     t.start()
-    # The waiter registers itself; advancing sets its event.
-    while not clock._waiters:
-        assert t.is_alive()
-        event.wait(0.001)
+    assert event.blocked.wait(WAIT), "the waiter never blocked on the clock"
     clock.advance(5)
-    assert woke.wait(WAIT)
     t.join(WAIT)
+    assert not t.is_alive(), f"advancing the clock did not wake the waiter within {WAIT} s"
+    assert answers == [True], "the waiter returned without being woken by advance()"
 
 
 def test_wait_past_deadline_returns_at_once() -> None:
