@@ -1,7 +1,8 @@
 """What a running task sees of itself: its identity, cancellation, children and effects.
 
-The worker tells an attempt of a cancel request or a lost lease through its
-:class:`AttemptSignals`, which the attempt's :class:`TaskContext` reads.
+The worker tells an attempt of a cancel request, its own shutdown or a lost
+lease through its :class:`AttemptSignals`, which the attempt's
+:class:`TaskContext` reads.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ _EVENT_LOCK = threading.Lock()
 
 
 class AttemptSignals:
-    """What the worker tells one running attempt: a cancel request, a lost lease.
+    """What the worker tells one running attempt: a cancel request, shutdown, a lost lease.
 
     The worker owns it and is the only writer; the attempt's :class:`TaskContext`
-    only reads it, so the worker never reaches into the context. Plain flags: an
-    Event per task costs more than the no-op tasks it serves; one is made only
-    for a task that waits on cancellation, and the hook list only for an async one.
+    only reads it, so the worker never reaches into the context. Plain flags: a
+    Condition per task costs more than the no-op tasks it serves; one is made
+    only for a task that waits, and the hook list only for an async one.
     """
 
     # No __init__: every field starts as its class-level default and is set on
@@ -40,15 +41,18 @@ class AttemptSignals:
     cancelled: bool = False
     #: A heartbeat found the claim gone: no outcome of the attempt will count.
     lease_lost: bool = False
-    _event: threading.Event | None = None
+    #: The worker is stopping: the attempt should finish (or checkpoint) within its grace.
+    shutdown: bool = False
+    #: Made by the first wait; notified whenever one of the flags above is set.
+    _changed: threading.Condition | None = None
     _hooks: list[Callable[[], object]] | None = None
 
     def request_cancel(self) -> None:
         """Ask the attempt to stop: set the flag, wake a waiter, call the hooks."""
         with _EVENT_LOCK:
             self.cancelled = True
-            if self._event is not None:
-                self._event.set()
+            if self._changed is not None:
+                self._changed.notify_all()
             hooks = list(self._hooks or ())
         for hook in hooks:
             hook()
@@ -63,17 +67,34 @@ class AttemptSignals:
         if already:
             hook()
 
+    def request_shutdown(self) -> None:
+        """Tell the attempt its worker is stopping, and wake a waiter. Not a cancel:
+        the hooks are not called (an async task is not cancelled by it)."""
+        with _EVENT_LOCK:
+            self.shutdown = True
+            if self._changed is not None:
+                self._changed.notify_all()
+
     def mark_lease_lost(self) -> None:
-        self.lease_lost = True
+        with _EVENT_LOCK:
+            self.lease_lost = True
+            if self._changed is not None:
+                self._changed.notify_all()
 
     def wait_for_cancel(self, timeout: float | None) -> bool:
         """Block up to ``timeout`` seconds for a cancel request; True if one came."""
+        return self._wait_until(lambda: self.cancelled, timeout)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block up to ``timeout`` seconds for a cancel request, shutdown or a lost lease;
+        True if one came."""
+        return self._wait_until(lambda: self.cancelled or self.shutdown or self.lease_lost, timeout)
+
+    def _wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         with _EVENT_LOCK:
-            if self._event is None:
-                self._event = threading.Event()
-                if self.cancelled:
-                    self._event.set()
-        return self._event.wait(timeout)
+            if self._changed is None:
+                self._changed = threading.Condition(_EVENT_LOCK)
+            return self._changed.wait_for(predicate, timeout)
 
 
 class TaskContext:
@@ -130,6 +151,16 @@ class TaskContext:
         return signals.cancelled or signals.lease_lost
 
     @property
+    def shutdown_requested(self) -> bool:
+        """True once the worker running this attempt is stopping (SIGTERM, ``shutdown()``).
+
+        A long task should checkpoint and return (or raise) before the
+        worker's grace period ends: after it, the claim is given back and
+        nothing this attempt reports counts (docs/execution.md).
+        """
+        return self._signals.shutdown
+
+    @property
     def timed_out(self) -> bool:
         """True once this attempt ran past its task's timeout: it will count as a failure."""
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -150,6 +181,15 @@ class TaskContext:
     def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Block up to ``timeout`` seconds for a cancellation request; True if one came."""
         return self._signals.wait_for_cancel(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, returning early (True) once the task should stop:
+        a cancel request, the worker's shutdown or a lost lease. False if the time ran out.
+
+        Use it instead of ``time.sleep`` in a task that waits between steps;
+        :attr:`cancel_requested` and :attr:`shutdown_requested` say which came.
+        """
+        return self._signals.wait(timeout)
 
     def submit(
         self,

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -61,6 +63,8 @@ class AttemptRunner:
         self._loop_lock = threading.Lock()
         #: (registry names, those that run in a process), recomputed if the names change.
         self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
+        #: Per task name, how to check its stored arguments, worked out on first use.
+        self._checks: dict[str, _ArgumentCheck] = {}
 
     def prepare(self, claims: list[Claim]) -> list[Running]:
         """The record of each claimed attempt, with the context its task will see."""
@@ -81,6 +85,9 @@ class AttemptRunner:
         started = time.monotonic()
         try:
             definition = self._registry.get(claim.name)
+            mismatch = self._mismatch(definition, claim, ctx)
+            if mismatch is not None:
+                return Outcome(claim, error=ErrorInfo.from_exception(mismatch), retry_at=None)
             if ctx.environment == Environment.PROCESS:
                 return self._run_in_process(definition, claim, ctx, running.signals)
             if definition.is_async:
@@ -106,6 +113,31 @@ class AttemptRunner:
         return Outcome(
             claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
         )
+
+    def _mismatch(
+        self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
+    ) -> TypeError | None:
+        """Why the stored arguments cannot be passed to the function, or None if they can.
+
+        Every attempt would fail the same way, so the caller records it once,
+        as FAILED, before any user code runs (in this process or a child).
+        """
+        check = self._checks.get(claim.name)
+        if check is None or check.definition is not definition:
+            check = self._checks[claim.name] = _ArgumentCheck(definition)
+        if check.fits(claim.args):
+            return None
+        try:
+            if definition.pass_context:
+                check.bind(ctx, **claim.args)
+            else:
+                check.bind(**claim.args)
+        except TypeError as exc:
+            return TypeError(
+                f"task {claim.name!r} cannot take its stored arguments "
+                f"{sorted(claim.args)}: {exc} (not retried: every attempt would fail so)"
+            )
+        return None
 
     def _run_in_process(
         self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
@@ -213,6 +245,60 @@ class AttemptRunner:
 
     def retry_delay(self, name: str, attempt: int) -> timedelta:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+class _ArgumentCheck:
+    """Whether stored arguments fit a task's function, from its signature read once.
+
+    The common function (named parameters, perhaps ``**kwargs``) is checked
+    with two set comparisons on the argument names; anything else (positional-
+    only parameters, ``*args``) by ``Signature.bind``, which costs about 5 µs,
+    as much as a no-op attempt. ``bind`` also words the error.
+    """
+
+    __slots__ = ("accepted", "any_name", "bind", "definition", "required")
+
+    def __init__(self, definition: TaskDefinition) -> None:
+        self.definition = definition
+        self.bind: Callable[..., object] = _any
+        #: None: no quick answer, use bind.
+        self.required: frozenset[str] | None = None
+        self.accepted: frozenset[str] = frozenset()
+        self.any_name = False
+        try:
+            signature = inspect.signature(definition.fn)
+        except (TypeError, ValueError):  # no signature to read: let the call decide
+            self.required, self.any_name = frozenset(), True
+            return
+        self.bind = signature.bind
+        parameters = list(signature.parameters.values())
+        if definition.pass_context:
+            if not parameters or parameters[0].kind not in _POSITIONAL:
+                return
+            parameters = parameters[1:]
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if any(p.kind not in named and p.kind != inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return
+        self.accepted = frozenset(p.name for p in parameters if p.kind in named)
+        self.required = frozenset(
+            p.name for p in parameters if p.kind in named and p.default is inspect.Parameter.empty
+        )
+        self.any_name = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+    def fits(self, args: dict[str, Any]) -> bool:
+        """True if ``args`` surely fit; False if ``bind`` must say."""
+        required = self.required
+        if required is None:
+            return False
+        names = args.keys()
+        return names >= required and (self.any_name or names <= self.accepted)
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _any(*_args: object, **_kwargs: object) -> None:
+    """The check of a function with no signature to read: anything may be tried."""
 
 
 def _overran(definition: TaskDefinition, started: float, *, killed: bool = False) -> TaskTimeout:

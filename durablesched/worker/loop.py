@@ -192,9 +192,16 @@ class Worker:
             self._commit.looping = False
             unsubscribe()
             self._watch.close()
+            if self._stopping.is_set():
+                self._tell_shutdown()
 
     def request_stop(self) -> None:
-        """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler."""
+        """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler.
+
+        Running tasks see ``ctx.shutdown_requested`` (and ``ctx.wait()`` returns)
+        once :meth:`run` has returned or :meth:`shutdown` begins: a signal
+        handler may not take the locks that telling them needs.
+        """
         self._stopping.set()
         self._wakeup.set()
 
@@ -206,6 +213,7 @@ class Worker:
         be refused: the claim is no longer valid.
         """
         self.request_stop()
+        self._tell_shutdown()
         deadline = time.monotonic() + grace
         while self.active_count:
             remaining = deadline - time.monotonic()
@@ -240,6 +248,7 @@ class Worker:
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop claiming, let running tasks finish, and return True once all have ended."""
         self.request_stop()
+        self._tell_shutdown()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -334,6 +343,14 @@ class Worker:
             if running is not None:
                 running.signals.request_cancel()
         self._wakeup.set()
+
+    def _tell_shutdown(self) -> None:
+        """Tell every attempt running here that the worker is stopping (no lock held
+        while telling: a task woken by it may at once take the worker's locks)."""
+        with self._slots.lock:
+            running = list(self._slots.active.values())
+        for attempt in running:
+            attempt.signals.request_shutdown()
 
     def _running_anywhere(self) -> bool:
         return bool(self.scheduler.store.list_tasks(state=TaskState.RUNNING, limit=1))
