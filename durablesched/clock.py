@@ -159,11 +159,24 @@ class ManualClock:
             event.set()
 
 
+#: The longest lease, heartbeat interval or timeout accepted: a lease added to
+#: any date a database holds must still be a date.
+MAX_DURATION = timedelta(days=3650)
+
+
 def positive_duration(value: timedelta | float, what: str) -> timedelta:
     """``value`` (a timedelta or seconds) as a positive timedelta, or a ConfigurationError."""
     if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
         raise ConfigurationError(f"{what} must be a timedelta or seconds, got {value!r}")
-    step = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    step: timedelta | None
+    try:
+        step = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    except (OverflowError, ValueError):  # inf, nan, 1e300
+        step = None
+    if step is None or step > MAX_DURATION:
+        raise ConfigurationError(
+            f"{what} must be a finite duration of at most {MAX_DURATION.days} days, got {value!r}"
+        )
     if step <= timedelta(0):
         raise ConfigurationError(f"{what} must be positive, got {value!r}")
     return step

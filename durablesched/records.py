@@ -48,12 +48,24 @@ class ErrorInfo:
     message: str
     traceback: str
 
+    #: Longest message or traceback stored, in characters: a task's error must not
+    #: be able to fill the database (the rest is cut, and the cut says how much).
+    MAX_TEXT = 65_536
+
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Whatever the exception holds, something storable: an exception whose
+        ``str()`` raises, or whose text holds lone surrogates (which no database
+        encoding accepts), must still be recorded, or its task would stay RUNNING."""
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        try:
+            message = str(exc)
+        except Exception as e:
+            message = f"<str() of the exception raised {type(e).__name__}>"
         return cls(
-            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=str(exc),
-            traceback="".join(_traceback.format_exception(exc)),
+            type=_storable(kind),
+            message=_storable(message),
+            traceback=_storable("".join(_traceback.format_exception(exc))),
         )
 
     @classmethod
@@ -70,6 +82,15 @@ class ErrorInfo:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ErrorInfo:
         return cls(str(data["type"]), str(data["message"]), str(data["traceback"]))
+
+
+def _storable(text: str) -> str:
+    """``text`` as valid UTF-8 (lone surrogates escaped) and at most ErrorInfo.MAX_TEXT long."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > ErrorInfo.MAX_TEXT:
+        cut = len(text) - ErrorInfo.MAX_TEXT
+        text = f"{text[: ErrorInfo.MAX_TEXT]}... ({cut} more characters cut)"
+    return text
 
 
 class NewTask(NamedTuple):

@@ -79,7 +79,14 @@ class Leases:
         held = self._slots.held()
         if held:
             claims = [r.claim for r in held.values()]
-            self._take(held, self._scheduler.store.heartbeat(self._owner, claims, now, self._lease))
+            try:
+                statuses = self._scheduler.store.heartbeat(self._owner, claims, now, self._lease)
+            except BaseException:
+                # Not renewed (a busy or broken database): try again on the next
+                # pass, not an interval later, or the leases run out meanwhile.
+                self.next_heartbeat = now
+                raise
+            self._take(held, statuses)
 
     def check(self, now: datetime) -> None:
         """What a heartbeat would tell, read without renewing: lost leases, cancel requests."""

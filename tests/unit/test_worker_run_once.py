@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import timedelta
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
 
 import pytest
 
 from durablesched import (
+    Claim,
     ManualClock,
     MemoryStore,
     RetryPolicy,
     Scheduler,
+    StoreError,
     TaskRegistry,
     TaskState,
     Worker,
 )
+from durablesched.records import LeaseStatus
 
 from ..conftest import T0, WAIT, at
 
@@ -75,3 +79,44 @@ def test_a_pass_past_another_owners_lease_reclaims_it(
     assert worker.wait_idle(WAIT)
     task = scheduler.get(task_id)
     assert (task.state, task.attempts) == (TaskState.SUCCEEDED, 2)
+
+
+def test_a_heartbeat_that_failed_is_tried_again_on_the_next_pass(clock: ManualClock) -> None:
+    """Not an interval later: while a busy database refuses heartbeats the leases
+    run down, and the first pass after it frees must renew them."""
+    release = threading.Event()
+    registry = TaskRegistry()
+    registry.task("hold")(lambda: release.wait(WAIT))
+    store = RefusingHeartbeats()
+    scheduler = Scheduler(store, registry=registry, clock=clock)
+    worker = Worker(scheduler, lease=30, owner="w")  # heartbeats every 10 s
+    scheduler.submit("hold")
+    try:
+        assert worker.run_once(clock.now()) == 1
+        assert worker.wait_running(1, WAIT)
+        store.refuse = True
+        with pytest.raises(StoreError):
+            worker.run_once(clock.now() + timedelta(seconds=10))
+        store.refuse = False
+        worker.run_once(clock.now() + timedelta(seconds=11))
+        assert store.renewed == [clock.now() + timedelta(seconds=11)]
+    finally:
+        release.set()
+        assert worker.stop(WAIT)
+
+
+class RefusingHeartbeats(MemoryStore):
+    """Heartbeats fail while ``refuse`` is set; the ones that pass are noted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = False
+        self.renewed: list[datetime] = []
+
+    def heartbeat(
+        self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
+    ) -> list[LeaseStatus]:
+        if self.refuse:
+            raise StoreError("renewing leases failed: database is locked")
+        self.renewed.append(now)
+        return super().heartbeat(owner, claims, now, lease)

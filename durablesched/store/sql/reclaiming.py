@@ -7,6 +7,7 @@ overwritten.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from durablesched.errors import LeaseExpired
@@ -17,16 +18,27 @@ from durablesched.store.sql.codec import error_json, from_db_time
 from durablesched.store.sql.statements import SQL_ANY_EXPIRED, SQL_EXPIRED, SQL_RECLAIM
 from durablesched.store.sql.transactions import Transactions
 
+log = logging.getLogger("durablesched.store")
+
 
 def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
     """CANCELLED if cancellation was requested, FAILED if attempts are exhausted, else
-    RETRY_WAIT after ``retry_delay``. A read looks first: no expiry, no write lock."""
+    RETRY_WAIT after ``retry_delay``. A read looks first: no expiry, no write lock.
+
+    Nothing is reclaimed while this process saw the write lock held long just now
+    (:meth:`Transactions.lock_settling`): live owners' heartbeats come first."""
     stamp = tx._t(now)
     with tx._read("looking for expired leases") as conn:
         if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
             return []
     reclaimed: list[Reclaimed] = []
     with tx._write("reclaiming expired leases") as conn:
+        if tx.lock_settling():
+            # The write lock was held a long while (by anyone, even outside the
+            # queue): live workers' heartbeats queued behind it too. Let them renew
+            # before their leases are judged; a dead worker's waits one turn more.
+            log.info("reclaim deferred: the write lock was held a long while just now")
+            return reclaimed
         for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
             detail = (
                 f"lease of {r.lease_owner} expired at "

@@ -155,6 +155,15 @@ SQL_IN_PROCESS = text(
 SQL_ANY_EXPIRED = text(
     "SELECT 1 FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now LIMIT 1"
 )
+#: Every lease valid at ``:since``: what a write that waited for the lock since then extends.
+SQL_LEASES_VALID_SINCE = text(
+    "SELECT id, fence, lease_expires_at FROM tasks "
+    "WHERE state = 'RUNNING' AND lease_expires_at > :since"
+)
+SQL_EXTEND_LEASE = text(
+    "UPDATE tasks SET lease_expires_at = :lease_expires_at "
+    "WHERE id = :id AND fence = :fence AND state = 'RUNNING'"
+)
 #: Every RUNNING task whose lease expired at or before ``:now``.
 SQL_EXPIRED = text(
     "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "

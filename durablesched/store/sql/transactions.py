@@ -14,17 +14,22 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, exc
 
 from durablesched.errors import StoreError
 from durablesched.states import TaskState
+from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.dialect import SQLDialect
-from durablesched.store.sql.statements import SQL_INSERT_EVENT
+from durablesched.store.sql.statements import (
+    SQL_EXTEND_LEASE,
+    SQL_INSERT_EVENT,
+    SQL_LEASES_VALID_SINCE,
+)
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
@@ -35,6 +40,10 @@ class Transactions:
 
     #: A write that waited longer than this (seconds) for a lock logs a warning naming it.
     SLOW_LOCK = 1.0
+    #: Seconds after such a wait (or a write that gave up on the lock) during which
+    #: this process reclaims no lease: while the lock was held, live workers could
+    #: not renew theirs either, and they must get their turn first (docs/leases.md).
+    RECLAIM_SETTLE = 5.0
 
     def __init__(self, engine: Engine, dialect: SQLDialect, *, busy_timeout: float) -> None:
         self.engine = engine
@@ -50,6 +59,11 @@ class Transactions:
         self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         #: Transactions that found the database busy and were retried.
         self.busy_retries = 0
+        #: When (on ``_monotonic``) a write last waited long for a lock, or gave up on it.
+        self.lock_blocked_at: float | None = None
+        self._monotonic: Callable[[], float] = time.monotonic  # tests move it by hand
+        #: Now, in the time of the leases (the workers' clocks): tests set their own.
+        self._wall: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
@@ -64,27 +78,36 @@ class Transactions:
         """
         with translated(what):
             nested = self._kept_owner == threading.get_ident()
+            waited = 0.0
             if not nested:
-                started = time.monotonic()
+                started = self._monotonic()
                 if not self._kept_lock.acquire(timeout=self.busy_timeout):
+                    self.lock_blocked_at = self._monotonic()
                     raise StoreError(
                         f"{what} failed: another thread held the database for "
                         f"{self.busy_timeout:g}s (database is locked)"
                     )
-                self._slow_lock(
+                waited += self._slow_lock(
                     what, started, "this process's write connection (another thread was writing)"
                 )
                 self._kept_owner = threading.get_ident()
             try:
-                started = time.monotonic()
-                conn = self._begin(self.engine, None if nested else self._kept)
-                self._slow_lock(
+                started = self._monotonic()
+                try:
+                    conn = self._begin(self.engine, None if nested else self._kept)
+                except exc.OperationalError as e:
+                    if is_busy(e):
+                        self.lock_blocked_at = self._monotonic()
+                    raise
+                waited += self._slow_lock(
                     what, started, "the database's write lock (another connection held it)"
                 )
                 if not nested:
                     self._kept = conn
                 try:
                     yield conn
+                    if waited > self.SLOW_LOCK:
+                        self._extend_leases(conn, waited)
                     conn.commit()
                 except BaseException:
                     # A kept connection starts afresh next time: it may be what failed.
@@ -102,12 +125,44 @@ class Transactions:
                     self._kept_owner = None
                     self._kept_lock.release()
 
-    def _slow_lock(self, what: str, started: float, lock: str) -> None:
-        """Log a warning if the wait since ``started`` for ``lock`` was long: writers
+    def _slow_lock(self, what: str, started: float, lock: str) -> float:
+        """Seconds waited since ``started`` for ``lock``, logged if long: writers
         queueing for seconds is contention the operator should hear of."""
-        waited = time.monotonic() - started
+        waited = self._monotonic() - started
         if waited > self.SLOW_LOCK:
+            self.lock_blocked_at = self._monotonic()
             log.warning("%s waited %.1fs for %s", what, waited, lock)
+        return waited
+
+    def _extend_leases(self, conn: Connection, waited: float) -> None:
+        """Give back to every lease still valid when this write began waiting the time
+        it waited: no worker could renew one while the lock was held (a ``sqlite3``
+        shell in ``BEGIN IMMEDIATE``, a stopped process), and a live worker's task
+        must not be reclaimed and run twice for it. Done in the waiting write's own
+        transaction, before any other writer (a reclaimer) can judge the leases."""
+        step = timedelta(seconds=waited)
+        since = self._t(self._wall() - step)
+        rows = conn.execute(SQL_LEASES_VALID_SINCE, {"since": since}).all()
+        for r in rows:
+            conn.execute(
+                SQL_EXTEND_LEASE,
+                {
+                    "id": r.id,
+                    "fence": r.fence,
+                    "lease_expires_at": self._t(from_db_time(r.lease_expires_at) + step),
+                },
+            )
+        if rows:
+            log.warning(
+                "the write lock was held %.1fs: %s running leases extended by as much",
+                waited,
+                len(rows),
+            )
+
+    def lock_settling(self) -> bool:
+        """True while a long wait for the write lock is recent (see RECLAIM_SETTLE)."""
+        blocked = self.lock_blocked_at
+        return blocked is not None and self._monotonic() - blocked < self.RECLAIM_SETTLE
 
     @contextmanager
     def _read(self, what: str) -> Iterator[Connection]:
