@@ -100,3 +100,13 @@ def spin(seconds: float) -> str:
     while time.monotonic() < end:
         pass
     return "spun"
+
+
+@registry.task("until_go", pass_context=True)
+def until_go(ctx: TaskContext) -> int:
+    """Notes its start, then runs until the test creates the file ``go`` (at most a minute)."""
+    _append("executions", f"{ctx.task_id} {ctx.attempt} {os.getpid()}")
+    deadline = time.monotonic() + 60
+    while not (OUT / "go").exists() and time.monotonic() < deadline:
+        threading.Event().wait(0.02)
+    return ctx.attempt
