@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "records",
             "clock",
             "retry",
+            "queues",
             "registry",
             "submission",
         ),
@@ -56,7 +57,7 @@ DATABASE_MODULES = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify
 #: Third-party packages a module must not import at run time, and why.
 NO_THIRD_PARTY: list[tuple[tuple[str, ...], str, str]] = [
     (
-        ("errors", "states", "records", "clock", "retry", "registry", "submission"),
+        ("errors", "states", "records", "clock", "retry", "queues", "registry", "submission"),
         "sqlalchemy",
         "the core runs without a database library",
     ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
 from durablesched import (
@@ -37,13 +37,16 @@ class FlakyStore(MemoryStore):
         names: Collection[str] | None = None,
         *,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         if self.failures is None or self.failures > 0:
             if self.failures is not None:
                 self.failures -= 1
             self.failed.release()
             raise StoreError("claiming tasks failed: database or disk is full")
-        return super().claim(owner, limit, now, lease, names, process_names=process_names)
+        return super().claim(
+            owner, limit, now, lease, names, process_names=process_names, queues=queues
+        )
 
 
 class BackoffClock(ManualClock):
