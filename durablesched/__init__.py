@@ -19,6 +19,9 @@ from .errors import TaskNotFoundError as TaskNotFoundError
 from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
+from .queues import QueueInfo as QueueInfo
+from .queues import QueueLimits as QueueLimits
+from .queues import Rate as Rate
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
@@ -59,7 +62,10 @@ __all__ = [
     "Operator",
     "PostgresStore",
     "ProcessCrashed",
+    "QueueInfo",
+    "QueueLimits",
     "QueueStats",
+    "Rate",
     "RetryPolicy",
     "SQLiteStore",
     "Scheduler",

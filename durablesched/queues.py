@@ -19,8 +19,10 @@ from durablesched.records import DEFAULT_QUEUE
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "KEEP",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "Keep",
     "QueueInfo",
     "QueueLimits",
     "Rate",
@@ -146,6 +148,16 @@ class QueueLimits:
         if len(recent) < self.rate.count:
             return None
         return recent[len(recent) - self.rate.count] + self.rate.per
+
+
+class Keep:
+    """The type of :data:`KEEP`: "leave this limit as it is" in ``Scheduler.set_queue``."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep()
 
 
 class QueueInfo(TypedDict):
