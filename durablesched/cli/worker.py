@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 from durablesched.cli.app import load_registry
 from durablesched.cli.database import check_db, display_db, open_db
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
-from durablesched.cli.options import Commands, env_name, option, switch
+from durablesched.cli.options import Commands, Repeated, env_name, option, switch
 from durablesched.cli.values import positive_float, positive_int
-from durablesched.errors import DurableSchedError
+from durablesched.errors import DurableSchedError, InvalidTaskError
+from durablesched.queues import check_queue
 from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.registry import TaskRegistry
 
@@ -65,6 +66,16 @@ def register(commands: Commands) -> None:
         "--log-level",
         help="debug, info (a line per task start and outcome), warning or error",
     )
+    option(
+        p,
+        "--queue",
+        # Not DURABLESCHED_QUEUE: that is the queue `submit` puts a task in.
+        variable="worker-queues",
+        action=Repeated,
+        metavar="NAME=SLOTS",
+        help="serve this queue with slots of its own; repeat for more queues "
+        "(without: every queue, sharing --concurrency)",
+    )
     switch(p, "--burst", help="exit 0 once nothing is due or running")
 
 
@@ -79,6 +90,7 @@ class WorkerOptions:
     log_level: int
     environment: Environment
     cancel_grace: float
+    queues: dict[str, int] | None = None
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -98,8 +110,34 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         raise UsageError(f"--environment must be {ENVIRONMENT_CHOICES}, got {args.environment!r}")
     cancel_grace = positive_float("--cancel-grace", args.cancel_grace)
     return WorkerOptions(
-        registry, concurrency, lease, grace, level, Environment(args.environment), cancel_grace
+        registry,
+        concurrency,
+        lease,
+        grace,
+        level,
+        Environment(args.environment),
+        cancel_grace,
+        served_queues(args.queue),
     )
+
+
+def served_queues(text: str | None) -> dict[str, int] | None:
+    """``--queue NAME=SLOTS`` (repeated, or comma-joined in the variable) as a mapping."""
+    if not text:
+        return None
+    queues: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, slots = item.strip().partition("=")
+        if not sep:
+            raise UsageError(f"--queue takes NAME=SLOTS, such as default=8, got {item!r}")
+        try:
+            check_queue(name, "--queue's name")
+        except InvalidTaskError as e:
+            raise UsageError(str(e)) from None
+        if name in queues:
+            raise UsageError(f"--queue names {name!r} twice")
+        queues[name] = positive_int(f"--queue {name}", slots, maximum=10_000)
+    return queues
 
 
 def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[DurableStore, Worker]:
@@ -114,6 +152,7 @@ def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[Dura
         lease=options.lease,
         environment=options.environment,
         cancel_grace=options.cancel_grace,
+        queues=options.queues,
     )
     return store, worker
 

@@ -117,13 +117,20 @@ class MemoryStore:
             return list(self._events.get(task_id, ()))
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         with self._lock:
             rows = [
                 t
                 for t in self._tasks.values()
-                if (state is None or t.state == state) and (name is None or t.name == name)
+                if (state is None or t.state == state)
+                and (name is None or t.name == name)
+                and (queue is None or t.queue == queue)
             ]
         rows.sort(key=lambda t: (t.due_at, t.seq))
         return rows[:limit]

@@ -97,7 +97,12 @@ class Store(Protocol):
         ...
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` tasks, filtered, in (due_at, seq) order."""
         ...

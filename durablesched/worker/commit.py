@@ -23,7 +23,7 @@ from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
-from durablesched.worker.slots import Running, Slots
+from durablesched.worker.slots import Running, Slots, free_slots
 from durablesched.worker.watch import ChangeWatch
 
 # The logger name the worker's lines have always carried, whichever module
@@ -116,10 +116,12 @@ class GroupCommit:
 
     def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
-        limit = 0
+        limit, queues = 0, None
         if self.looping and not self._stopping.is_set():
+            finishing = {id(running) for running, _ in batch}
             with self._lock:
-                limit = self._options.concurrency - (len(self._active) - len(batch))
+                staying = [r for r in self._active.values() if id(r) not in finishing]
+            limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
         try:
             results, claims = self._scheduler.store.record_and_claim(
                 [outcome for _, outcome in batch],
@@ -129,6 +131,7 @@ class GroupCommit:
                 lease=self._options.lease,
                 names=self._registry.names,
                 process_names=self._attempts.process_names(),
+                queues=queues,
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.

@@ -16,6 +16,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from durablesched.errors import ConfigurationError, SchemaError, StoreError
@@ -27,7 +28,7 @@ from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
 from durablesched.worker.options import WorkerOptions
-from durablesched.worker.slots import Running, Slots
+from durablesched.worker.slots import Running, Slots, free_slots
 from durablesched.worker.threads import TaskThreads
 from durablesched.worker.watch import ChangeWatch
 
@@ -63,6 +64,7 @@ class Worker:
         max_store_failures: int = 10,
         environment: str | Environment = Environment.THREAD,
         cancel_grace: float = 5.0,
+        queues: Mapping[str, int] | None = None,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -76,6 +78,7 @@ class Worker:
             max_store_failures=max_store_failures,
             environment=environment,
             cancel_grace=cancel_grace,
+            queues=queues,
         )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
@@ -117,10 +120,12 @@ class Worker:
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
-        free = self._options.concurrency - self.active_count
+        with self._slots.lock:
+            running = list(self._slots.active.values())
+        free, queues = free_slots(running, self._options.concurrency, self._options.queues)
         if free <= 0:
             return 0
-        claims = self._claim(free, now)
+        claims = self._claim(free, now, queues)
         self._launch(claims)
         return len(claims)
 
@@ -275,7 +280,11 @@ class Worker:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _claim(self, limit: int, now: datetime) -> list[Claim]:
+    def _claim(
+        self, limit: int, now: datetime, queues: Mapping[str, int] | None = None
+    ) -> list[Claim]:
+        if queues is None and self._options.queues is not None:
+            queues = {q: min(n, limit) for q, n in self._options.queues.items()}
         return self.scheduler.store.claim(
             self._options.owner,
             limit,
@@ -283,6 +292,7 @@ class Worker:
             self._options.lease,
             self.registry.names,
             process_names=self._attempts.process_names(),
+            queues=queues,
         )
 
     def _register(self, claim: Claim) -> Running:
@@ -359,7 +369,7 @@ class Worker:
         now = self.scheduler.clock.now()
         times: list[datetime] = []
         if self.active_count < self._options.concurrency:
-            nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
+            nxt = self.scheduler.store.next_wakeup(now, self.registry.names, self._options.queues)
             if nxt is not None:
                 times.append(nxt)
         if self.active_count and self._leases.next_heartbeat is not None:
@@ -401,6 +411,11 @@ class Worker:
     @property
     def max_store_failures(self) -> int:
         return self._options.max_store_failures
+
+    @property
+    def queues(self) -> Mapping[str, int] | None:
+        """The queues served with their slots, or None: every queue."""
+        return self._options.queues
 
     @property
     def environment(self) -> Environment:

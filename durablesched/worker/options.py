@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 
 from durablesched.clock import positive_duration
-from durablesched.errors import ConfigurationError
+from durablesched.errors import ConfigurationError, InvalidTaskError
+from durablesched.queues import check_queue
 from durablesched.records import Environment
 from durablesched.records import environment as parse_environment
 
@@ -22,7 +25,7 @@ from durablesched.records import environment as parse_environment
 class WorkerOptions:
     """The ``Worker`` constructor's options, checked; ``Worker`` documents them."""
 
-    #: How many attempts run here at once: the slots.
+    #: How many attempts run here at once: the slots (with ``queues``, their sum).
     concurrency: int
     #: How long a claim lasts without a heartbeat.
     lease: timedelta
@@ -43,6 +46,9 @@ class WorkerOptions:
     #: Seconds a task in the process environment has to stop by itself once
     #: asked, before its process is terminated.
     cancel_grace: float
+    #: The queues served, each with slots of its own; None: every queue, sharing
+    #: the ``concurrency`` slots.
+    queues: Mapping[str, int] | None = None
 
     @classmethod
     def checked(
@@ -57,13 +63,16 @@ class WorkerOptions:
         max_store_failures: int,
         environment: str | Environment,
         cancel_grace: float,
+        queues: Mapping[str, int] | None = None,
     ) -> WorkerOptions:
         """The options as given to ``Worker``, defaulted, or a ConfigurationError."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         checked_lease = positive_duration(lease, "lease")
+        served = _queues(queues)
         return cls(
-            concurrency=concurrency,
+            concurrency=concurrency if served is None else sum(served.values()),
+            queues=served,
             lease=checked_lease,
             heartbeat_interval=_heartbeat_interval(heartbeat_interval, checked_lease),
             owner=owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
@@ -81,6 +90,22 @@ def _heartbeat_interval(interval: timedelta | float | None, lease: timedelta) ->
     if checked >= lease:
         raise ConfigurationError("heartbeat_interval must be shorter than the lease")
     return checked
+
+
+def _queues(queues: Mapping[str, int] | None) -> Mapping[str, int] | None:
+    """Each queue named rightly, with at least one slot; a frozen copy."""
+    if queues is None:
+        return None
+    if not isinstance(queues, Mapping) or not queues:
+        raise ConfigurationError(f"queues must map queue names to slots, got {queues!r}")
+    for name, slots in queues.items():
+        try:
+            check_queue(name, "a queue's name")
+        except InvalidTaskError as e:
+            raise ConfigurationError(str(e)) from None
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= 10_000:
+            raise ConfigurationError(f"queue {name!r} needs from 1 to 10000 slots, got {slots!r}")
+    return MappingProxyType(dict(queues))
 
 
 def _cancel_grace(seconds: float) -> float:

@@ -318,7 +318,7 @@ def test_ls_shows_live_work_first_and_says_how_many_were_left_out(run: Run, db: 
     table = run("ls", "--limit", "3").out
     assert [int(line.split()[0]) for line in table.splitlines()[2:5]] == expected[:3]
     assert table.rstrip().endswith(
-        "4 more task(s) not shown: raise --limit, or narrow with --state or --name"
+        "4 more task(s) not shown: raise --limit, or narrow with --state, --name or --queue"
     )
     assert "not shown" not in run("ls").out
     assert [t["id"] for t in json.loads(run("ls", "--state", "SUCCEEDED", "--json").out)] == [

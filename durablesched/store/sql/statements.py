@@ -242,14 +242,16 @@ SQL_HISTORY = text(
 )
 
 
-def sql_list_tasks(*, state: bool, name: bool) -> TextClause:
-    """Up to ``:limit`` tasks in (due_at, seq) order, filtered by ``:state`` and ``:name``
-    where asked."""
+def sql_list_tasks(*, state: bool, name: bool, queue: bool = False) -> TextClause:
+    """Up to ``:limit`` tasks in (due_at, seq) order, filtered by ``:state``, ``:name`` and
+    ``:queue`` where asked."""
     clauses = []
     if state:
         clauses.append("state = :state")
     if name:
         clauses.append("name = :name")
+    if queue:
+        clauses.append("queue = :queue")
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
 

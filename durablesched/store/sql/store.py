@@ -154,14 +154,23 @@ class SQLStore(Transactions):
         return events
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
         if state is not None:
             params["state"] = TaskState(state).value
         if name is not None:
             params["name"] = name
-        sql = sql_list_tasks(state=state is not None, name=name is not None)
+        if queue is not None:
+            params["queue"] = queue
+        sql = sql_list_tasks(
+            state=state is not None, name=name is not None, queue=queue is not None
+        )
         with self._read("listing tasks") as conn:
             return [record(r) for r in conn.execute(sql, params)]
 
