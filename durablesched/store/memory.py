@@ -604,7 +604,7 @@ class MemoryStore:
             )
         )
         self._running.add(task.id)
-        self._event(task, now, f"claimed by {owner}")
+        self._event(task, now, f"claimed by {owner} from queue {task.queue}")
         return Claim(
             task_id=task.id,
             name=task.name,

@@ -77,11 +77,11 @@ def claim_rows(
         if r[9] in rated:
             conn.execute(SQL_REMEMBER_START, {"queue": r[9], "at": stamp})
     if not tx.dialect.writes_history:
-        detail = f"claimed by {owner}"
+        detail = f"claimed by {owner} from queue "
         tx._many(
             conn,
             tx.dialect.insert_events,
-            [(r[0], stamp, "RUNNING", r[4], detail) for r in rows],
+            [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
 

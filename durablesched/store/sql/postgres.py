@@ -87,7 +87,8 @@ def _claim(arms: int, names: int) -> str:
         "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
         f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
         "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
+        "SELECT id, :now, 'RUNNING', attempts, "
+        "'claimed by ' || :owner || ' from queue ' || queue FROM claimed) "
         f"SELECT {CLAIM_RETURNING} FROM claimed"
     )
 
