@@ -33,6 +33,8 @@ def claim_rows(
 ) -> list[Any]:
     """Claim in ``conn``'s transaction; the rows for :func:`claims_from_rows`, to be made into
     claims after it commits."""
+    if names is not None and not names:
+        return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
     params: dict[str, Any] = {
         "owner": owner,
