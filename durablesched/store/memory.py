@@ -180,8 +180,8 @@ class MemoryStore:
         with self._lock:
             for claim in sorted(claims, key=lambda c: c.task_id):
                 task = self._valid(claim, owner, now)
-                if task is None:
-                    continue
+                if task is None or (renewed and renewed[-1].task_id == task.id):
+                    continue  # lost, or the same claim given twice: one status per task
                 task = self._put(replace(task, lease_expires_at=now + lease, updated_at=now))
                 renewed.append(
                     LeaseStatus(
@@ -196,10 +196,12 @@ class MemoryStore:
     def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
         with self._lock:
             valid = [self._valid(c, owner, now) for c in sorted(claims, key=lambda c: c.task_id)]
+        # One status per task, as heartbeat answers, even for a claim given twice.
+        unique = {t.id: t for t in valid if t is not None and t.lease_expires_at is not None}
         return [
             LeaseStatus(t.id, t.fence, t.lease_expires_at, t.cancel_requested_at is not None)
-            for t in valid
-            if t is not None and t.lease_expires_at is not None
+            for t in unique.values()
+            if t.lease_expires_at is not None
         ]
 
     def complete(
@@ -379,11 +381,17 @@ class MemoryStore:
             while self._heap and self._live_entry(self._heap[0]) is None:
                 heapq.heappop(self._heap)
                 self._stale -= 1
-            if self._heap and self._heap[0][0] > now:
-                due: datetime | None = self._heap[0][0]
+            top = self._heap[0] if self._heap else None
+            if (
+                top is not None
+                and top[0] > now
+                and (names is None or self._tasks[top[2]].name in names)
+                and (queues is None or self._tasks[top[2]].queue in queues)
+            ):
+                due: datetime | None = top[0]
             else:
-                # Due tasks sit on top that this caller did not claim (other names):
-                # only then is a full scan needed.
+                # Due tasks sit on top that this caller did not claim, or the first
+                # task to come is of another name or queue: only then is a full scan needed.
                 due = min(
                     (
                         entry[0]
@@ -392,19 +400,6 @@ class MemoryStore:
                         and (task := self._live_entry(entry)) is not None
                         and (names is None or task.name in names)
                         and (queues is None or task.queue in queues)
-                    ),
-                    default=None,
-                )
-            if queues is not None and due is not None:
-                # The top of the heap may belong to a queue this caller does not serve.
-                due = min(
-                    (
-                        entry[0]
-                        for entry in self._heap
-                        if entry[0] > now
-                        and (task := self._live_entry(entry)) is not None
-                        and (names is None or task.name in names)
-                        and task.queue in queues
                     ),
                     default=None,
                 )

@@ -46,6 +46,8 @@ def claim_rows(
     Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
     ``queues``), ``limit`` in all, each queue within the limits stored for it.
     """
+    if names is not None and not names:
+        return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
     stored = {r.name: queue_limits(r) for r in conn.execute(SQL_QUEUES)}
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}

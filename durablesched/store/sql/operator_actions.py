@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
 from durablesched.records import QueueStats
-from durablesched.states import TaskState, check_transition
+from durablesched.states import TaskState
 from durablesched.store.sql.claiming import queue_limits
 from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
@@ -30,6 +30,9 @@ from durablesched.store.sql.statements import (
 )
 from durablesched.store.sql.transactions import Transactions
 
+#: The states a requeue takes a task from (docs/cli.md, ``durablesched retry``).
+REQUEUEABLE = frozenset({TaskState.FAILED.value, TaskState.CANCELLED.value})
+
 
 def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
     """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
@@ -44,7 +47,12 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
         state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
         if state is None:
             raise TaskNotFoundError(f"no task with id {task_id}")
-        check_transition(TaskState(state), TaskState.PENDING, operator=True)
+        if state not in REQUEUEABLE:
+            # Not check_transition: RUNNING -> PENDING is an operator transition too
+            # (a give-back), but never a requeue's.
+            raise InvalidTransitionError(
+                f"task {task_id} is {state}: only a FAILED or CANCELLED task can be requeued"
+            )
         holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
         if holder is not None:
             raise InvalidTransitionError(

@@ -107,8 +107,11 @@ INSERT_EVENTS = (
     "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
 )
 #: Idempotency keys with their results, many at once through the driver.
+#: A key already recorded stays with the task that recorded it first (a submit key
+#: may spell the key generated for another task: ``durablesched-task-<id>``).
 RECORD_KEYS = (
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p}) "
+    "ON CONFLICT (key) DO NOTHING"
 )
 #: One history line, in the transaction that made the change.
 SQL_INSERT_EVENT = text(
@@ -118,7 +121,7 @@ SQL_INSERT_EVENT = text(
 #: A succeeded task's key with its result.
 SQL_RECORD_KEY = text(
     "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    "VALUES (:key, :task_id, :now, :result)"
+    "VALUES (:key, :task_id, :now, :result) ON CONFLICT (key) DO NOTHING"
 )
 
 # -- outcomes (each fenced by its claim) ---------------------------------------------------------

@@ -206,15 +206,28 @@ class SQLStore(Transactions):
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
     ) -> list[LeaseStatus]:
-        if not claims:
+        fences: dict[int, set[int]] = {}
+        for c in claims:
+            if c.owner == owner:
+                fences.setdefault(c.task_id, set()).add(c.fence)
+        if not fences:
             return []
-        params = {
-            "fences": dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
-            "owner": owner,
-            "now": self._t(now),
-            "lease_expires_at": self._t(now + lease),
-        }
+        stamp = self._t(now)
         with self._write("renewing leases") as conn:
+            # The statement takes one fence per task: where claims of one task
+            # disagree (a stale one beside the current one), the current one's.
+            chosen = {task_id: min(f) for task_id, f in fences.items()}
+            doubtful = [task_id for task_id, f in fences.items() if len(f) > 1]
+            if doubtful:
+                for r in conn.execute(SQL_LEASES, {"ids": doubtful, "now": stamp}):
+                    if r.lease_owner == owner and r.fence in fences[r.id]:
+                        chosen[r.id] = r.fence
+            params = {
+                "fences": dump({str(task_id): fence for task_id, fence in chosen.items()}),
+                "owner": owner,
+                "now": stamp,
+                "lease_expires_at": self._t(now + lease),
+            }
             # id, fence, lease_expires_at, cancel_requested_at
             rows = sorted(self._rows(conn, self.dialect.heartbeat, params), key=lambda r: int(r[0]))
         return [LeaseStatus(r[0], r[1], from_db_time(r[2]), r[3] is not None) for r in rows]
@@ -367,8 +380,11 @@ class SQLStore(Transactions):
         queues: Collection[str] | None = None,
     ) -> datetime | None:
         params: dict[str, Any] = {"now": self._t(now)}
-        due_sql = SQL_NEXT_DUE
-        if names is not None or queues is not None:
+        due_sql: Any = SQL_NEXT_DUE
+        if (names is not None and not names) or (queues is not None and not queues):
+            # No names or queues: no task of its own to wait for (``IN ()`` is no SQL).
+            due_sql = None
+        elif names is not None or queues is not None:
             due_sql = self.dialect.next_due(names is not None, queues is not None)
             if names is not None:
                 params["names"] = sorted(names)
@@ -376,7 +392,7 @@ class SQLStore(Transactions):
                 params["queues"] = sorted(queues)
         with self._read("finding the next due time") as conn:
             times = [
-                conn.execute(due_sql, params).scalar(),
+                None if due_sql is None else conn.execute(due_sql, params).scalar(),
                 conn.execute(SQL_NEXT_EXPIRY, params).scalar(),
             ]
             found = [from_db_time(t) for t in times if t is not None]
