@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Refused, UsageError
 from durablesched.cli.options import CommandFunc, env_name, switch_is_on
 from durablesched.cli.parser import build_parser
-from durablesched.errors import DurableSchedError
+from durablesched.errors import CorruptDatabase, DurableSchedError
 
 PROG = "durablesched"
 
@@ -73,4 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refused as e:
         return report(str(e), EXIT_REFUSED, as_json=as_json)
     except DurableSchedError as e:
-        return report(f"{type(e).__name__}: {e}", EXIT_REFUSED, as_json=as_json)
+        return report(error_line(e), EXIT_REFUSED, as_json=as_json)
+
+
+def error_line(error: DurableSchedError) -> str:
+    """An error as the one line a command ends with: its kind, its message, and, for
+    a damaged database, what to do."""
+    line = f"{type(error).__name__}: {error}"
+    if isinstance(error, CorruptDatabase):
+        line += f"; {error.advice}"
+    return line

@@ -140,7 +140,8 @@ def test_migrate_on_a_truncated_file_is_one_line(run: Run, db: Path) -> None:
     assert result.code == 1
     assert db.read_bytes() == truncated
     assert result.err.splitlines() == [
-        f"durablesched: StoreError: opening sqlite:///{db} failed: database disk image is malformed"
+        f"durablesched: CorruptDatabase: opening sqlite:///{db} failed: database disk image is "
+        "malformed; the database file is damaged: run `durablesched check`; restore from a backup"
     ]
 
 
