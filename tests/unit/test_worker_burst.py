@@ -68,15 +68,19 @@ class BurstRun:
         self.thread = threading.Thread(target=run)
         self.thread.start()
 
+    def _moved(self) -> bool:
+        return self.done.is_set() or self.clock.idle_waits > self.seen
+
     def drive(self, step: float, most: int = 100) -> timedelta:
         """Advance until the run returns; how far the clock moved."""
-        start, seen = self.clock.now(), 0
+        start = self.clock.now()
+        self.seen = 0
         for _ in range(most):
             with self.clock.idle:
-                assert self.clock.idle.wait_for(
-                    lambda seen=seen: self.done.is_set() or self.clock.idle_waits > seen, WAIT
-                ), "the worker neither waited nor returned"
-                seen = self.clock.idle_waits
+                assert self.clock.idle.wait_for(self._moved, WAIT), (
+                    "the worker neither waited nor returned"
+                )
+                self.seen = self.clock.idle_waits
             if self.done.is_set():
                 self.thread.join(WAIT)
                 assert not self.raised, self.raised
