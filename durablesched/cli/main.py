@@ -12,10 +12,17 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Refused, UsageError
+from durablesched.cli.errors import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Refused,
+    UsageError,
+    error_line,
+)
 from durablesched.cli.options import CommandFunc, env_name, switch_is_on
 from durablesched.cli.parser import build_parser
-from durablesched.errors import CorruptDatabase, DurableSchedError
+from durablesched.errors import DurableSchedError
 
 PROG = "durablesched"
 
@@ -74,12 +81,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(str(e), EXIT_REFUSED, as_json=as_json)
     except DurableSchedError as e:
         return report(error_line(e), EXIT_REFUSED, as_json=as_json)
-
-
-def error_line(error: DurableSchedError) -> str:
-    """An error as the one line a command ends with: its kind, its message, and, for
-    a damaged database, what to do."""
-    line = f"{type(error).__name__}: {error}"
-    if isinstance(error, CorruptDatabase):
-        line += f"; {error.advice}"
-    return line
