@@ -5,6 +5,7 @@ from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
 from .context import TaskContext as TaskContext
 from .errors import ConfigurationError as ConfigurationError
+from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidTaskError as InvalidTaskError
@@ -48,6 +49,7 @@ __all__ = [
     "Claim",
     "Clock",
     "ConfigurationError",
+    "CorruptDatabase",
     "DatabaseNotFoundError",
     "DurableSchedError",
     "DurableStore",

@@ -27,6 +27,10 @@ DEFAULTS: dict[str, str] = {
     "log_level": "info",
     "environment": Environment.THREAD.value,
     "cancel_grace": "5",
+    # --burst: how far ahead a retry due or a lease lapsing is waited for.
+    "burst_wait": "5",
+    # Seconds of store errors in a row a worker backs off from before it stops.
+    "give_up_after": "60",
     "args": "{}",
     "limit": "50",
     # --batch means rows for purge and tasks for move: one variable, a default for each.

@@ -6,6 +6,7 @@ its parts, so that an option is checked, defaulted and documented in one place.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -39,8 +40,12 @@ class WorkerOptions:
     #: How long a finished task's outcome may wait for others still running here,
     #: to share their commit (seconds). Trades a little latency for throughput.
     commit_delay: float
-    #: How many store errors in a row run() backs off from before it raises.
-    max_store_failures: int
+    #: Seconds of store errors in a row (by the scheduler's clock) that run()
+    #: backs off from before it gives up with a StoreError.
+    give_up_after: float
+    #: Deprecated: how many failed passes in a row run() backs off from before it
+    #: gives up (None: only ``give_up_after`` counts).
+    max_store_failures: int | None
     #: Where a task that does not say runs its attempts (docs/execution.md).
     environment: Environment
     #: Seconds a task in the process environment has to stop by itself once
@@ -60,7 +65,8 @@ class WorkerOptions:
         owner: str | None,
         poll_interval: float,
         commit_delay: float,
-        max_store_failures: int,
+        give_up_after: float,
+        max_store_failures: int | None,
         environment: str | Environment,
         cancel_grace: float,
         queues: Mapping[str, int] | None = None,
@@ -78,6 +84,7 @@ class WorkerOptions:
             owner=owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
             poll_interval=poll_interval,
             commit_delay=commit_delay,
+            give_up_after=finite_seconds(give_up_after, "give_up_after"),
             max_store_failures=max_store_failures,
             environment=parse_environment(environment),
             cancel_grace=_cancel_grace(cancel_grace),
@@ -113,4 +120,15 @@ def _cancel_grace(seconds: float) -> float:
         raise ConfigurationError(f"cancel_grace must be seconds, got {seconds!r}")
     if seconds < 0:
         raise ConfigurationError(f"cancel_grace must not be negative, got {seconds!r}")
+    return float(seconds)
+
+
+def finite_seconds(seconds: float, what: str) -> float:
+    """``seconds`` as a float, finite and not negative, or a ConfigurationError."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"{what} must be seconds, got {seconds!r}")
+    if not math.isfinite(seconds):
+        raise ConfigurationError(f"{what} must be finite, got {seconds!r}")
+    if seconds < 0:
+        raise ConfigurationError(f"{what} must not be negative, got {seconds!r}")
     return float(seconds)
