@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from durablesched import InvalidTransitionError, TaskState
 from durablesched.records import TASK_KEY_PREFIX, NewTask, Outcome
 from durablesched.store.sql.store import SQLStore
 
-from ..conftest import T0, BackendStore, at
+from ..conftest import T0, BackendStore, at, make_store
 
 LEASE = timedelta(seconds=30)
 
@@ -63,9 +64,13 @@ def test_a_submit_key_spelling_a_generated_key_does_not_block_a_success(
     assert results == [TaskState.SUCCEEDED]
 
 
-def test_requeue_refuses_a_running_task(store: BackendStore) -> None:
-    if not isinstance(store, SQLStore):
-        pytest.skip("the in-memory backend has no requeue")
+@pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])
+def test_requeue_refuses_a_running_task(
+    sql_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An operator action of the SQL backends (the in-memory one has no requeue)."""
+    store = make_store(sql_backend, tmp_path, request)
+    assert isinstance(store, SQLStore)
     (s,) = store.submit([new("t")], T0)
     store.claim("w", 1, at(10), LEASE)
     history = store.history(s.task_id)
@@ -74,3 +79,4 @@ def test_requeue_refuses_a_running_task(store: BackendStore) -> None:
     assert store.history(s.task_id) == history
     task = store.get(s.task_id)
     assert task is not None and task.state is TaskState.RUNNING
+    store.close()
