@@ -81,7 +81,9 @@ from durablesched import (
     InvalidTransitionError,
     ManualClock,
     MemoryStore,
+    QueueLimits,
     QueueStats,
+    Rate,
     SQLiteStore,
     TaskNotFoundError,
     TaskState,
@@ -123,6 +125,17 @@ CHUNK = 5
 
 NAMES = ["a", "b", "c"]
 OWNERS = ["w1", "w2"]
+QUEUES = ["default", "mail", "api"]
+PRIORITIES = [-5, 0, 0, 5]
+#: What a worker may ask of each queue: every queue, some queues, or none.
+QUEUE_ASKS: list[dict[str, int] | None] = [
+    None,
+    None,
+    {"mail": 1},
+    {"default": 2, "api": 1},
+    {"api": 3, "mail": 2, "default": 1},
+    {},
+]
 #: Submit keys: none, two ordinary ones, and two that are the keys durablesched
 #: generates for the effects of keyless tasks 1 and 2.
 KEYS = [None, None, "k1", "k2", f"{TASK_KEY_PREFIX}1", f"{TASK_KEY_PREFIX}2"]
@@ -394,6 +407,9 @@ class StoresAgree(RuleBasedStateMachine):
                 now + timedelta(seconds=data.draw(st.integers(0, 20), label=f"{label} due")),
                 data.draw(st.integers(1, 3), label=f"{label} attempts"),
                 data.draw(st.sampled_from(KEYS), label=f"{label} key"),
+                None,
+                data.draw(st.sampled_from(QUEUES), label=f"{label} queue"),
+                data.draw(st.sampled_from(PRIORITIES), label=f"{label} priority"),
             )
             for i in range(count)
         ]
@@ -455,12 +471,36 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(
         names=st.sampled_from(
             [None, frozenset(), frozenset("a"), frozenset("ab"), frozenset("c"), frozenset(["zz"])]
-        )
+        ),
+        queues=st.sampled_from([None, frozenset(), frozenset(["mail"]), frozenset(QUEUES)]),
     )
-    def next_wakeup(self, names: frozenset[str] | None) -> None:
+    def next_wakeup(self, names: frozenset[str] | None, queues: frozenset[str] | None) -> None:
         self.op = "read"
-        when = self.both("next_wakeup", self.now(), names)
+        when = self.both("next_wakeup", self.now(), names, queues)
         assert when is None or when > self.now()
+
+    # -- queues ----------------------------------------------------------------------------------
+
+    @rule(
+        queue=st.sampled_from([*QUEUES, "new"]),
+        concurrency=st.sampled_from([None, None, 1, 2]),
+        rate=st.sampled_from(
+            [None, None, Rate(1, timedelta(seconds=10)), Rate(2, timedelta(seconds=30))]
+        ),
+        paused=st.sampled_from([False, False, True]),
+    )
+    def put_queue(
+        self, queue: str, concurrency: int | None, rate: Rate | None, paused: bool
+    ) -> None:
+        """Limits and pause, as an operator sets them: no task changes."""
+        self.op = "read"
+        self.both("put_queue", QueueLimits(queue, concurrency, rate, paused), self.now())
+
+    @rule()
+    def queues(self) -> None:
+        self.op = "read"
+        self.both("queue_limits")
+        self.both("queue_info", self.now())
 
     @rule()
     def stats(self) -> None:
@@ -485,6 +525,7 @@ class StoresAgree(RuleBasedStateMachine):
         limit=st.integers(0, 4),
         names=st.sampled_from([None, frozenset("ab"), frozenset("c"), frozenset()]),
         in_process=st.sampled_from([(), ("a",), ("a", "c")]),
+        queues=st.sampled_from(QUEUE_ASKS),
     )
     def claim(
         self,
@@ -492,25 +533,55 @@ class StoresAgree(RuleBasedStateMachine):
         limit: int,
         names: frozenset[str] | None,
         in_process: tuple[str, ...],
+        queues: dict[str, int] | None,
     ) -> None:
         self.op = "claim"
         now = self.now()
-        claims = self.both("claim", owner, limit, now, LEASE, names, process_names=in_process)
-        self.check_claims(claims, limit, names)
+        running = self.running_by_queue()
+        claims = self.both(
+            "claim", owner, limit, now, LEASE, names, process_names=in_process, queues=queues
+        )
+        self.check_claims(claims, limit, names, queues, running)
 
-    def check_claims(self, claims: list[Claim], limit: int, names: Any) -> None:
+    def running_by_queue(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in self.memory.list_tasks(state=TaskState.RUNNING, limit=1_000_000):
+            counts[t.queue] = counts.get(t.queue, 0) + 1
+        return counts
+
+    def check_claims(
+        self,
+        claims: list[Claim],
+        limit: int,
+        names: Any,
+        queues: dict[str, int] | None = None,
+        running: dict[str, int] | None = None,
+    ) -> None:
         now = self.now()
-        keys = [(c.due_at, c.seq) for c in claims]
-        assert keys == sorted(keys), "claims out of (due_at, seq) order"
+        tasks = {t.id: t for t in self.memory.list_tasks(limit=1_000_000)}
+        keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in claims]
+        assert keys == sorted(keys), "claims out of (priority desc, due_at, seq) order"
         assert len(claims) <= limit
+        limits = {q.name: q for q in self.memory.queue_limits()}
+        taken: dict[str, int] = {}
         for c in claims:
             assert c.due_at <= now, "claimed before its due time"
             assert c.task_id not in self.cancelled_before_start, "a cancelled task started"
             assert names is None or c.name in names
-        if len(claims) < limit:
+            assert c.queue == tasks[c.task_id].queue
+            assert not limits[c.queue].paused, "a paused queue started a task"
+            taken[c.queue] = taken.get(c.queue, 0) + 1
+        for queue, n in taken.items():
+            assert queues is None or n <= queues.get(queue, 0), "more than asked of a queue"
+            concurrency = limits[queue].concurrency
+            if concurrency is not None and running is not None:
+                assert running.get(queue, 0) + n <= max(concurrency, running.get(queue, 0)), (
+                    "a claim went past a queue's concurrency limit"
+                )
+        if len(claims) < limit and queues is None and not any(q.limited for q in limits.values()):
             left = [
                 t
-                for t in self.memory.list_tasks(limit=1_000_000)
+                for t in tasks.values()
                 if t.state in CLAIMABLE and t.due_at <= now and (names is None or t.name in names)
             ]
             assert left == [], "a due task was left unclaimed with slots free"
@@ -661,12 +732,14 @@ class StoresAgree(RuleBasedStateMachine):
             for o, k in zip(outcomes, kinds, strict=True)
             if k != "bad effect"
         ]
+        queues = data.draw(st.sampled_from(QUEUE_ASKS), label="queues")
         extra: dict[str, Any] = {
             "owner": owner,
             "limit": limit,
             "lease": LEASE,
             "names": names,
             "process_names": in_process,
+            "queues": queues,
         }
         model_results, model_claims = self.memory.record_and_claim(model_outcomes, now, **extra)
         sql_results, sql_claims = self.sql.record_and_claim(outcomes, now, **extra)
@@ -683,7 +756,7 @@ class StoresAgree(RuleBasedStateMachine):
                 ran.append(claim.task_id)
         self.effects.extend(sorted(ran))
         assert model_claims == sql_claims
-        self.check_claims(model_claims, limit, names)
+        self.check_claims(model_claims, limit, names, queues)
 
     def valid_at_turn(self, outcomes: Sequence[Outcome], kinds: Sequence[str]) -> list[bool]:
         """Whether each outcome's claim is valid when its turn comes (task id order), and
@@ -843,7 +916,19 @@ class PostgresAgrees(StoresAgree):
                     "(id bigserial PRIMARY KEY, task_id bigint NOT NULL)"
                 )
             )
-            conn.execute(text("TRUNCATE tasks, task_events, idempotency_keys, effect_log CASCADE"))
+            conn.execute(
+                text(
+                    "TRUNCATE tasks, task_events, idempotency_keys, effect_log, "
+                    "durablesched_queue_starts CASCADE"
+                )
+            )
+            conn.execute(text("DELETE FROM durablesched_queues WHERE name <> 'default'"))
+            conn.execute(
+                text(
+                    "UPDATE durablesched_queues SET concurrency = NULL, rate_count = NULL, "
+                    "rate_seconds = NULL, paused = 0"
+                )
+            )
             conn.execute(text("UPDATE durablesched_counters SET value = 0 WHERE name = 'task_seq'"))
         return store
 
