@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "retry",
             "registry",
             "submission",
+            "schedules",
         ),
     ),
     ("storage boundary", ("store.protocol", "store.durability")),
@@ -56,7 +57,7 @@ DATABASE_MODULES = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify
 #: Third-party packages a module must not import at run time, and why.
 NO_THIRD_PARTY: list[tuple[tuple[str, ...], str, str]] = [
     (
-        ("errors", "states", "records", "clock", "retry", "registry", "submission"),
+        ("errors", "states", "records", "clock", "retry", "registry", "submission", "schedules"),
         "sqlalchemy",
         "the core runs without a database library",
     ),
