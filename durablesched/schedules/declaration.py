@@ -10,12 +10,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from durablesched.errors import InvalidScheduleError, InvalidTaskError
+from durablesched.errors import InvalidScheduleError, InvalidTaskError, UnknownTaskNameError
 from durablesched.schedules.timing import (
     DEFAULT_GRACE,
     CronTimes,
@@ -26,6 +26,9 @@ from durablesched.schedules.timing import (
 )
 from durablesched.states import TaskState
 from durablesched.submission import MAX_ATTEMPTS, check_args, check_name
+
+if TYPE_CHECKING:
+    from durablesched.registry import TaskRegistry
 
 #: Characters in a schedule's name: its tasks' idempotency keys carry it and a fire time.
 MAX_SCHEDULE_NAME = 150
@@ -145,6 +148,29 @@ def schedule(
         priority=_priority(priority, what),
         args_json=args_json,
     )
+
+
+def checked_schedule(
+    registry: TaskRegistry | None, task: str, *, name: str | None = None, **settings: Any
+) -> Schedule:
+    """:func:`schedule`, with the task looked up in ``registry``: it must be registered,
+    ``args`` must fit its function, and its retry policy gives the attempts."""
+    if registry is not None:
+        if not isinstance(task, str) or task not in registry:
+            raise UnknownTaskNameError(
+                f"schedule {task if name is None else name!r}: no task is registered "
+                f"under the name {task!r}"
+            )
+        settings.setdefault("max_attempts", registry.retry_policy(task).max_attempts)
+    declared = schedule(task, name=name, **settings)
+    if registry is not None:
+        problem = registry.get(task).mismatch(declared.args)
+        if problem is not None:
+            raise InvalidScheduleError(
+                f"schedule {declared.name!r}: args do not fit the function of task "
+                f"{task!r} ({registry.get(task).call_signature()}): {problem}"
+            )
+    return declared
 
 
 def _priority(priority: object, what: str) -> int | None:

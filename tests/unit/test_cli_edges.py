@@ -181,7 +181,7 @@ def test_args_must_be_an_object(run: Run, db: Path, args: str, kind: str) -> Non
 def test_migrate_honours_json(run: Run) -> None:
     result = run("migrate", "--json")
     assert result.code == 0
-    assert json.loads(result.out) == {"revision": "0004"}
+    assert json.loads(result.out) == {"revision": "0005"}
 
 
 @pytest.mark.parametrize(
