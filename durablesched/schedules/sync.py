@@ -6,7 +6,7 @@ Shared by every backend, so that they agree on the same rules (see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from durablesched.errors import ScheduleConflictError, ScheduleNotFoundError
 from durablesched.schedules.declaration import Origin, Schedule, ScheduleStatus
@@ -19,8 +19,14 @@ Stored = tuple[Schedule, str, str]
 Change = tuple[str, Schedule | None, str]
 
 
-def sync_plan(stored: Mapping[str, Stored], declared: Sequence[Schedule]) -> dict[str, Change]:
-    """The changes that make the code's schedules the stored ones; names left out stay."""
+def sync_plan(
+    stored: Mapping[str, Stored], declared: Sequence[Schedule], tasks: Collection[str]
+) -> dict[str, Change]:
+    """The changes that make the code's schedules the stored ones; names left out stay.
+
+    A stored schedule from code that is not declared is removed only if its task
+    is among ``tasks``: a worker of another app does not remove this app's.
+    """
     changes: dict[str, Change] = {}
     names = set()
     for schedule in declared:
@@ -34,8 +40,13 @@ def sync_plan(stored: Mapping[str, Stored], declared: Sequence[Schedule]) -> dic
             changes[schedule.name] = (RESTORED, schedule, ScheduleStatus.ACTIVE)
         elif settings != schedule or origin != Origin.CODE:
             changes[schedule.name] = (UPDATED, schedule, status)  # a pause stands
-    for name, (_, status, origin) in stored.items():
-        if name not in names and origin == Origin.CODE and status != ScheduleStatus.REMOVED:
+    for name, (settings, status, origin) in stored.items():
+        if (
+            name not in names
+            and origin == Origin.CODE
+            and status != ScheduleStatus.REMOVED
+            and settings.task in tasks
+        ):
             changes[name] = (ScheduleStatus.REMOVED, None, ScheduleStatus.REMOVED)
     return dict(sorted(changes.items()))
 

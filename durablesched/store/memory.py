@@ -414,10 +414,12 @@ class MemoryStore:
 
     # -- schedules (ScheduleStore) -------------------------------------------------------------
 
-    def sync_schedules(self, declared: Sequence[Schedule], now: datetime) -> dict[str, str]:
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
         with self._lock:
             stored = {name: (s.schedule, s.status, s.origin) for name, s in self._schedules.items()}
-            changes = sync_plan(stored, declared)
+            changes = sync_plan(stored, declared, tasks)
             for name, (_change, schedule, status) in changes.items():
                 row = self._schedules.get(name)
                 if row is None:

@@ -77,17 +77,21 @@ class ScheduleStore(Protocol):
     or records why it made none. Schedules are keyed by name.
     """
 
-    def sync_schedules(self, declared: Sequence[Schedule], now: datetime) -> dict[str, str]:
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
         """Make the schedules declared in code the stored ones, by name, in one step.
 
         New names are added (first fire: the first fire time after ``now``);
         changed settings are updated (the next fire time is recomputed only if
         the times changed, so fires missed while no worker ran stay missed, for
-        the misfire policy); a schedule from code that is no longer declared is
-        kept, firing nothing, as "removed from code" (declared again, it comes
-        back). Pauses stand. Schedules added by an operator are left alone
-        unless declared in code. Returns what happened to each name that changed:
-        "added", "updated", "restored" or "removed from code".
+        the misfire policy); a schedule from code that is no longer declared,
+        though its task is among ``tasks`` (the registry's: another app's
+        schedules are not this one's to remove), is kept, firing nothing, as
+        "removed from code" (declared again, it comes back). Pauses stand.
+        Schedules added by an operator are left alone unless declared in code.
+        Returns what happened to each name that changed: "added", "updated",
+        "restored" or "removed from code".
         """
         ...
 

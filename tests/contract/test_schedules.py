@@ -99,12 +99,12 @@ def test_overlap_skip_records_the_skip_and_allow_fires(store: BackendStore) -> N
 def test_sync_adds_updates_removes_and_restores_by_name(store: BackendStore) -> None:
     a = schedule("t", name="a", every=60)
     b = schedule("t", name="b", cron="0 7 * * *", timezone="Europe/Berlin")
-    assert store.sync_schedules([a, b], START) == {"a": "added", "b": "added"}
-    assert store.sync_schedules([a, b], START) == {}
+    assert store.sync_schedules([a, b], START, {"t"}) == {"a": "added", "b": "added"}
+    assert store.sync_schedules([a, b], START, {"t"}) == {}
     store.add_schedule(schedule("t", name="ops", every=300), START)
     store.pause_schedule("a", True, START)
     a2 = schedule("t", name="a", every=60, args={"n": 2})
-    changes = store.sync_schedules([a2], START + MINUTE)
+    changes = store.sync_schedules([a2], START + MINUTE, {"t"})
     assert changes == {"a": "updated", "b": ScheduleStatus.REMOVED}
     info = {i.schedule.name: i for i in store.list_schedules()}
     assert info["a"].status == ScheduleStatus.PAUSED  # the pause stands
@@ -113,16 +113,22 @@ def test_sync_adds_updates_removes_and_restores_by_name(store: BackendStore) -> 
     assert (info["ops"].status, info["ops"].origin) == (ScheduleStatus.ACTIVE, Origin.OPERATOR)
     assert store.fire_schedules(START + timedelta(days=2)) != []
     assert {f.schedule for f in store.fire_schedules(START + timedelta(days=3))} == {"ops"}
-    assert store.sync_schedules([a2, b], START + timedelta(days=3)) == {"b": "restored"}
+    assert store.sync_schedules([a2, b], START + timedelta(days=3), {"t"}) == {"b": "restored"}
+
+
+def test_sync_leaves_the_schedules_of_tasks_it_does_not_have(store: BackendStore) -> None:
+    store.sync_schedules([schedule("other", name="theirs", every=60)], START, {"other"})
+    assert store.sync_schedules([], START, {"t"}) == {}
+    assert store.sync_schedules([], START, {"other"}) == {"theirs": ScheduleStatus.REMOVED}
 
 
 def test_sync_keeps_the_next_fire_time_when_the_times_did_not_change(store: BackendStore) -> None:
-    store.sync_schedules([schedule("t", name="a", every=60)], START)
+    store.sync_schedules([schedule("t", name="a", every=60)], START, {"t"})
     later = START + timedelta(hours=1)
-    store.sync_schedules([schedule("t", name="a", every=60, args={"x": 1})], later)
+    store.sync_schedules([schedule("t", name="a", every=60, args={"x": 1})], later, {"t"})
     (info,) = store.list_schedules()
     assert info.next_fire_at == START + MINUTE  # the missed fires stay missed, for the policy
-    store.sync_schedules([schedule("t", name="a", every=120, args={"x": 1})], later)
+    store.sync_schedules([schedule("t", name="a", every=120, args={"x": 1})], later, {"t"})
     (info,) = store.list_schedules()
     assert info.next_fire_at == later + 2 * MINUTE
 

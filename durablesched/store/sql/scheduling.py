@@ -12,7 +12,7 @@ every submit takes. A second worker's attempt at the same fire changes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -107,11 +107,13 @@ SQL_LIST = text(
 SQL_NEXT_FIRE = text("SELECT MIN(next_fire_at) FROM schedules WHERE status = 'active'")
 
 
-def sync_schedules(tx: Transactions, declared: Sequence[Schedule], now: datetime) -> dict[str, str]:
+def sync_schedules(
+    tx: Transactions, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+) -> dict[str, str]:
     with tx._write("syncing the schedules declared in code") as conn:
         rows = {r.name: r for r in conn.execute(SQL_ALL)}
         stored = {n: (_schedule(r), r.status, r.origin) for n, r in rows.items()}
-        changes = sync_plan(stored, declared)
+        changes = sync_plan(stored, declared, tasks)
         for name, (_change, schedule, status) in changes.items():
             row = rows.get(name)
             if row is None:

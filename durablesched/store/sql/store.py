@@ -374,8 +374,10 @@ class SQLStore(Transactions):
 
     # -- schedules (ScheduleStore): see scheduling.py ----------------------------------------------
 
-    def sync_schedules(self, declared: Sequence[Schedule], now: datetime) -> dict[str, str]:
-        return scheduling.sync_schedules(self, declared, now)
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
+        return scheduling.sync_schedules(self, declared, now, tasks)
 
     def add_schedule(self, schedule: Schedule, now: datetime) -> bool:
         return scheduling.add_schedule(self, schedule, now)
