@@ -73,13 +73,21 @@ def check_db(db: str, option: str = "--db") -> str:
     return db
 
 
-def open_db(args: argparse.Namespace, url: str | None = None, option: str = "--db") -> DurableStore:
+def open_db(
+    args: argparse.Namespace,
+    url: str | None = None,
+    option: str = "--db",
+    *,
+    readonly: bool | None = None,
+) -> DurableStore:
     """The store at ``url`` (named ``option`` in errors), or at ``--db``, with
-    ``--durability``; read-only for the commands that only read."""
+    ``--durability``; read-only for the commands that only read (or as ``readonly``
+    says, for a command that only reads in some of its forms)."""
     from durablesched.store.opening import open_store
 
     db = check_db(args.db if url is None else url, option)
-    readonly = url is None and getattr(args, "command", None) in READ_ONLY_COMMANDS
+    if readonly is None:
+        readonly = url is None and getattr(args, "command", None) in READ_ONLY_COMMANDS
     with readable(db):
         return open_store(db, durability=durability_of(args.durability), readonly=readonly)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import metadata
 
-from durablesched.cli import check, operate, schema, tasks, worker
+from durablesched.cli import check, operate, schedules, schema, tasks, worker
 from durablesched.cli.options import Commands, Parser, option, switch
 
 #: Each command module adds its commands; their order is the order in ``--help``.
@@ -18,6 +18,7 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     tasks.register,
     operate.register,
     check.register,
+    schedules.register,
 )
 
 

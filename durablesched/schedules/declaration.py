@@ -253,7 +253,7 @@ def _duration(value: object, what: str, minimum: timedelta) -> timedelta:
     if step < minimum or step > MAX_EVERY:
         raise InvalidScheduleError(
             f"{what} must be from {minimum.total_seconds():g}s to {MAX_EVERY.days} days, "
-            f"got {value!r}"
+            f"got {step.total_seconds():g}s"
         )
     if minimum > timedelta(0) and step.microseconds:
         raise InvalidScheduleError(f"{what} must be a whole number of seconds, got {value!r}")

@@ -21,7 +21,13 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 ENV = re.compile(r"\(env: (DURABLESCHED_[A-Z_]+)\)")
 DEFAULT = re.compile(r"\(default: ([^)]*)\)")
 #: What each command needs on the command line besides options.
-POSITIONALS = {"submit": ["name"], "show": ["1"], "cancel": ["1"], "retry": ["1"]}
+POSITIONALS = {
+    "submit": ["name"],
+    "show": ["1"],
+    "cancel": ["1"],
+    "retry": ["1"],
+    "schedule": ["ls"],
+}
 
 
 @dataclass(frozen=True)
