@@ -44,11 +44,13 @@ ROW = f"{SETTINGS}, status, origin, next_fire_at, created_at, updated_at"
 SQL_SCHEDULE = text(f"SELECT {ROW} FROM schedules WHERE name = :name")
 #: Every schedule, for the sync.
 SQL_ALL = text(f"SELECT {ROW} FROM schedules ORDER BY name")
-#: A new schedule.
+#: A new schedule, unless another process stored that name a moment ago (workers
+#: starting together all sync): then nothing, and the caller reads what is there.
 SQL_INSERT = text(
     f"INSERT INTO schedules ({ROW}) VALUES (:name, :task, :args, :cron, :every_seconds, "
     ":timezone, :misfire, :max_catch_up, :misfire_grace_seconds, :overlap, :max_attempts, "
-    ":queue, :priority, :status, :origin, :next_fire_at, :now, :now)"
+    ":queue, :priority, :status, :origin, :next_fire_at, :now, :now) "
+    "ON CONFLICT (name) DO NOTHING"
 )
 #: New settings, status and origin for a stored schedule (and its next fire time).
 SQL_UPDATE = text(
@@ -144,12 +146,12 @@ def sync_schedules(
 def add_schedule(tx: Transactions, schedule: Schedule, now: datetime) -> bool:
     with tx._write(f"adding schedule {schedule.name!r}") as conn:
         row = conn.execute(SQL_SCHEDULE, {"name": schedule.name}).first()
-        if row is not None:
-            if _schedule(row) != schedule:
-                raise conflict(schedule.name)
-            return False
-        _insert(tx, conn, schedule, Origin.OPERATOR, now)
-        return True
+        if row is None and _insert(tx, conn, schedule, Origin.OPERATOR, now):
+            return True
+        row = row or conn.execute(SQL_SCHEDULE, {"name": schedule.name}).one()
+        if _schedule(row) != schedule:
+            raise conflict(schedule.name)
+        return False
 
 
 def pause_schedule(tx: Transactions, name: str, paused: bool, now: datetime) -> ScheduleInfo:
@@ -261,7 +263,8 @@ def _record_fire(
 
 def _insert(
     tx: Transactions, conn: Connection, schedule: Schedule, origin: str, now: datetime
-) -> None:
+) -> bool:
+    """Store a new schedule; False if another process stored one of that name first."""
     params = _params(tx, schedule)
     params.update(
         status=ScheduleStatus.ACTIVE,
@@ -269,7 +272,7 @@ def _insert(
         next_fire_at=tx._t(schedule.times().next_after(now)),
         now=tx._t(now),
     )
-    conn.execute(SQL_INSERT, params)
+    return bool(conn.execute(SQL_INSERT, params).rowcount)
 
 
 def _params(tx: Transactions, schedule: Schedule) -> dict[str, Any]:
