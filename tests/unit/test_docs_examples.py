@@ -15,7 +15,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("doc", ["api.md"])
+@pytest.mark.parametrize("doc", ["api.md", "schedules.md"])
 def test_examples_run(doc: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="durablesched")
     blocks = python_blocks(DOCS / doc)
