@@ -56,7 +56,7 @@ def test_migrate_prints_the_revision_and_db_comes_from_the_environment(tmp_path:
     db = tmp_path / "env.db"
     result = cli("migrate", db=db)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "schema at revision 0004"
+    assert result.stdout.strip() == "schema at revision 0005"
     assert db.exists()
 
 
