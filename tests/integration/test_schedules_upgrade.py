@@ -106,3 +106,27 @@ def test_the_schedules_migration_goes_down_and_up_again_on_postgres(pg_url: str)
     store.add_schedule(schedule("t", name="tick", every=60), T0)
     assert store.fire_schedules(T0 + timedelta(minutes=2)) != []
     store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_purged_task_leaves_its_fire_recorded(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = str(request.getfixturevalue("pg_url")) if kind == "postgres" else str(tmp_path / "p.db")
+    store = _open(url)
+    try:
+        store.add_schedule(schedule("t", name="tick", every=60), T0)
+        (fired,) = store.fire_schedules(T0 + timedelta(minutes=1))
+        (claim,) = store.claim("w", 1, T0 + timedelta(minutes=1), timedelta(seconds=30))
+        store.complete(claim, None, T0 + timedelta(minutes=1))
+        assert store.purge(T0 + timedelta(days=1)) == 1
+        (info,) = store.list_schedules()
+        assert (info.last_fire_at, info.last_task_id, info.last_task_state) == (
+            fired.fire_at,
+            None,
+            None,
+        )
+        # The fire stays recorded: it is never made again.
+        assert store.fire_schedules(T0 + timedelta(minutes=1, seconds=30)) == []
+    finally:
+        store.close()
