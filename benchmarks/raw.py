@@ -11,6 +11,7 @@ from durablesched import SQLiteStore
 from durablesched.records import TASK_KEY_PREFIX, NewTask
 from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.sqlite import SQLITE, SYNCHRONOUS
+from durablesched.store.sql.statements import SQL_QUEUES
 
 from .common import NOW
 
@@ -69,7 +70,14 @@ def our_statements_loop(path: Path, n: int, batch: int, durability: str) -> floa
     conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[durability]}")
     conn.execute("PRAGMA foreign_keys = ON")
     now = to_db_time(NOW)
-    claim = {"owner": "raw", "lease_expires_at": "9999", "now": now, "limit": batch}
+    claim = {
+        "owner": "raw",
+        "lease_expires_at": "9999",
+        "now": now,
+        "limit": batch,
+        "q0": "default",
+        "l0": batch,
+    }
     done = 0
     held: list[tuple[int, int]] = []
     start = time.perf_counter()
@@ -87,8 +95,10 @@ def our_statements_loop(path: Path, n: int, batch: int, durability: str) -> floa
                 SQLITE.insert_events, [(r[0], now, "SUCCEEDED", r[1], None) for r in rows]
             )
             done += len(rows)
-        # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key
-        rows = conn.execute(SQLITE.claim, claim).fetchall()
+        # The claim reads the queues' limits first (none here), then claims.
+        conn.execute(str(SQL_QUEUES)).fetchall()
+        # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, ...
+        rows = conn.execute(SQLITE.claim_for(1, 0), claim).fetchall()
         conn.executemany(
             SQLITE.insert_events, [(r[0], now, "RUNNING", r[4], "claimed by raw") for r in rows]
         )

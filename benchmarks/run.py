@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import lock_timeline, ours, peers, pg, raw
+from . import lock_timeline, ours, peers, pg, queues, raw
 from .common import median
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: ours.contention_envelope(db(), size.contention, size.contention_seconds),
     )
     step("memory_backend_bytes_per_task", lambda: ours.memory_backend(size.memory_tasks))
+    _queues(step, size, db)
 
     found = peers.available()
     print(f"peers ({', '.join(k for k, v in found.items() if v) or 'none installed'}):")
@@ -149,6 +150,25 @@ def main(argv: list[str] | None = None) -> int:
     report = build_report(figures, size, found)
     write(report, args.out, smoke=args.smoke)
     return 0
+
+
+def _queues(
+    step: Callable[[str, Callable[[], Any]], Any], size: Sizes, db: Callable[[], Path]
+) -> None:
+    """Issue 18's figures: claims over many queues and priorities; queues and limits."""
+    spread = {"1k": 1_000, "1M": size.queue_pending}
+    step(
+        "queue_claim_sqlite",
+        lambda: queues.claim_latency_spread(queues.sqlite_stores(db()), spread, size.claim_samples),
+    )
+    if pg.reachable():
+        step(
+            "queue_claim_postgres",
+            lambda: queues.claim_latency_spread(
+                queues.postgres_stores(), spread, size.claim_samples
+            ),
+        )
+    step("queue_rounds", lambda: queues.queue_rounds(db(), size.e2e, size.repeats))
 
 
 def _postgres(
@@ -259,6 +279,8 @@ class Sizes:
         #: None: until the worker is seen idle (ours.until_quiet), not a fixed period.
         self.idle_seconds = None if smoke else 30.0
         self.memory_tasks = 50_000 if smoke else 1_000_000
+        #: Pending tasks over 10 queues and 201 priorities for the queue claim figure.
+        self.queue_pending = 10_000 if smoke else 1_000_000
         self.peer = 500 if smoke else 10_000
         self.attempts = 50 if smoke else 1_000
         self.repeats = 1 if smoke else 3
@@ -343,6 +365,7 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
             1024.0,
         ),
     ]
+    targets += _queue_targets(figures)
     if "pg_e2e_1proc_32slots" in figures:
         targets += _pg_targets(figures)
     e2e_32_full = _rate(figures, "e2e_1proc_32slots_full")
@@ -394,6 +417,31 @@ def _pg_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float]]:
         ("PG3. PostgreSQL e2e 4 processes / 1 process", four / one, ">=", 1.5),
         ("PG4. PostgreSQL pickup p50 (ms)", figures["pg_pickup"]["pickup_p50_ms"], "<=", 10.0),
     ]
+
+
+def _queue_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float]]:
+    """Issue 18's targets: claims stay flat over many queues and priorities, and queues
+    and limits cost little end to end."""
+    targets: list[tuple[str, float, str, float]] = []
+    for backend in ("sqlite", "postgres"):
+        claim = figures.get(f"queue_claim_{backend}")
+        if claim is not None:
+            targets.append(
+                (
+                    f"Q1. claim p50, 1M pending over 10 queues x 201 priorities / 1k ({backend})",
+                    claim["1M"]["p50_us"] / claim["1k"]["p50_us"],
+                    "<=",
+                    1.5,
+                )
+            )
+    rounds = figures["queue_rounds"]
+    targets += [
+        ("Q2. e2e 4 queues x 2 slots / 1 queue x 8 slots (rounds)", rounds["four_queues_ratio"],
+         ">=", 0.9),
+        ("Q3. e2e a queue limited to 4, 4 slots / unlimited, 4 slots (rounds)",
+         rounds["limit_ratio"], ">=", 0.9),
+    ]  # fmt: skip
+    return targets
 
 
 def _met(value: float, op: str, goal: float) -> bool | None:

@@ -5,6 +5,7 @@ from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
 from .context import TaskContext as TaskContext
 from .errors import ConfigurationError as ConfigurationError
+from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidScheduleError as InvalidScheduleError
@@ -22,6 +23,9 @@ from .errors import TaskNotFoundError as TaskNotFoundError
 from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
+from .queues import QueueInfo as QueueInfo
+from .queues import QueueLimits as QueueLimits
+from .queues import Rate as Rate
 from .records import CancelOutcome as CancelOutcome
 from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
@@ -53,6 +57,7 @@ __all__ = [
     "Claim",
     "Clock",
     "ConfigurationError",
+    "CorruptDatabase",
     "DatabaseNotFoundError",
     "DurableSchedError",
     "DurableStore",
@@ -71,7 +76,10 @@ __all__ = [
     "Overlap",
     "PostgresStore",
     "ProcessCrashed",
+    "QueueInfo",
+    "QueueLimits",
     "QueueStats",
+    "Rate",
     "RetryPolicy",
     "SQLiteStore",
     "Schedule",

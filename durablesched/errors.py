@@ -12,6 +12,7 @@ DurableSchedError
 ├── StoreError                          the backend could not do what was asked
 │   ├── UnsupportedOperationError       this backend cannot do it at all
 │   ├── DatabaseNotFoundError           opened without creating, and there is none
+│   ├── CorruptDatabase                 the database file is damaged: retrying cannot help
 │   └── SchemaError                     the database is not one we can use as is
 │       └── SchemaMissingError          opened without creating, and it has no schema
 ├── ConfigurationError (ValueError)     a worker or scheduler option is out of range
@@ -77,6 +78,15 @@ class UnsupportedOperationError(StoreError):
 
 class DatabaseNotFoundError(StoreError):
     """Opened without creating (``create=False``, ``readonly=True``): no such database."""
+
+
+class CorruptDatabase(StoreError):
+    """The database file is damaged (SQLite: "database disk image is malformed", "file is
+    not a database"): no retry can help, so a worker stops at once. :attr:`advice` says
+    what to do; tasks it held are reclaimed by a worker on a healthy database."""
+
+    #: What to do about it, in one line.
+    advice = "the database file is damaged: run `durablesched check`; restore from a backup"
 
 
 class SchemaError(StoreError):

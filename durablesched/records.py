@@ -93,6 +93,10 @@ def _storable(text: str) -> str:
     return text
 
 
+#: The queue of a task that names none.
+DEFAULT_QUEUE = "default"
+
+
 class NewTask(NamedTuple):
     """A validated task ready to store (see :meth:`Scheduler.submit` for the checks).
 
@@ -108,6 +112,9 @@ class NewTask(NamedTuple):
     #: ``args`` as JSON text, when the submitter already serialised it (stores
     #: then read this instead of serialising again).
     args_json: str | None = None
+    #: The named queue it waits in, and its priority there (higher runs first).
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
 
 
 class Submitted(NamedTuple):
@@ -142,6 +149,8 @@ class TaskRecord:
     #: Where the current or last attempt ran: None (a worker thread: cooperative
     #: cancellation) or "process" (a child process: cancellation enforced).
     environment: str | None = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
 
     @property
     def effective_key(self) -> str:
@@ -168,6 +177,8 @@ class Claim:
     due_at: datetime
     seq: int
     idempotency_key: str
+    #: The queue it was claimed from: the worker's slots for that queue hold it.
+    queue: str = DEFAULT_QUEUE
 
     @property
     def exhausted(self) -> bool:

@@ -9,12 +9,19 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from durablesched.clock import positive_duration
-from durablesched.errors import ConfigurationError, ScheduleConflictError, UnknownTaskNameError
-from durablesched.records import ENVIRONMENT_CHOICES, Environment
+from durablesched.errors import (
+    ConfigurationError,
+    InvalidTaskError,
+    ScheduleConflictError,
+    UnknownTaskNameError,
+)
+from durablesched.queues import check_priority, check_queue
+from durablesched.records import DEFAULT_QUEUE, ENVIRONMENT_CHOICES, Environment
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.schedules.declaration import Schedule, checked_schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: What stands for the TaskContext when a submit binds a task's arguments.
 _CONTEXT = object()
@@ -32,6 +39,9 @@ class TaskDefinition:
     environment: str | None = None
     #: How long one attempt may run; None means no limit.
     timeout: timedelta | None = None
+    #: The queue its tasks wait in, and their priority there, unless a submit says.
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
     #: An ``async def`` function: it runs on the worker's event loop. Worked out
     #: once: ``inspect`` costs more per call than a no-op task.
     is_async: bool = field(init=False)
@@ -98,6 +108,8 @@ class TaskRegistry:
         pass_context: bool = False,
         environment: str | None = None,
         timeout: timedelta | float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
     ) -> Callable[[F], F]:
         """Register the decorated function under ``name`` (default: its qualified name).
 
@@ -105,7 +117,8 @@ class TaskRegistry:
         as its first argument, before the task's keyword arguments.
         ``environment`` ("thread" or "process", default: the worker's) says
         where its attempts run, and ``timeout`` (seconds or a timedelta) how
-        long one may run: see docs/execution.md.
+        long one may run: see docs/execution.md. ``queue`` and ``priority`` (-100
+        to 100, higher first) are where its tasks wait, unless a submit says.
         """
 
         def decorate(fn: F) -> F:
@@ -116,6 +129,8 @@ class TaskRegistry:
                 pass_context=pass_context,
                 environment=environment,
                 timeout=timeout,
+                queue=queue,
+                priority=priority,
             )
             return fn
 
@@ -130,6 +145,8 @@ class TaskRegistry:
         pass_context: bool = False,
         environment: str | None = None,
         timeout: timedelta | float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
     ) -> TaskDefinition:
         task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
         if not task_name or not task_name.strip():
@@ -148,6 +165,8 @@ class TaskRegistry:
             pass_context,
             environment,
             _timeout(task_name, timeout),
+            _configured(check_queue, queue, f"task {task_name!r}: queue"),
+            _configured(check_priority, priority, f"task {task_name!r}: priority"),
         )
         self._tasks[task_name] = definition
         self._names = frozenset(self._tasks)
@@ -202,6 +221,14 @@ class TaskRegistry:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+def _configured(check: Callable[[object, str], T], value: object, what: str) -> T:
+    """A definition's queue or priority, checked: a bad one is a ConfigurationError."""
+    try:
+        return check(value, what)
+    except InvalidTaskError as e:
+        raise ConfigurationError(str(e)) from None
 
 
 def _timeout(name: str, value: timedelta | float | None) -> timedelta | None:

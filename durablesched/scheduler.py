@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.clock import Clock, SystemClock
-from durablesched.errors import ConfigurationError, TaskNotFoundError
+from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
+from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
 from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
@@ -51,6 +52,8 @@ class Scheduler:
         max_attempts: int | None = None,
         key: str | None = None,
         connection: Connection | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> int:
         """Store a task and return its id.
 
@@ -69,6 +72,8 @@ class Scheduler:
             max_attempts=max_attempts,
             key=key,
             registry=self.registry,
+            queue=queue,
+            priority=priority,
         )
         return self._store([task], connection)[0]
 
@@ -80,6 +85,8 @@ class Scheduler:
         at: datetime | None = None,
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> list[int]:
         """Store many tasks of one name in one transaction; ids in the same order."""
         tasks = build_many(
@@ -90,8 +97,48 @@ class Scheduler:
             delay=delay,
             max_attempts=max_attempts,
             registry=self.registry,
+            queue=queue,
+            priority=priority,
         )
         return self._store(tasks)
+
+    # -- queues -------------------------------------------------------------------------------
+
+    def queues(self) -> list[QueueLimits]:
+        """Every queue known to the store, with its limits, by name."""
+        return self.store.queue_limits()
+
+    def set_queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | Keep | None = KEEP,
+        rate: Rate | str | Keep | None = KEEP,
+        paused: bool | Keep = KEEP,
+    ) -> QueueLimits:
+        """Change a queue's limits (None removes one; what is not given stays); the queue is
+        made if new. Every worker obeys the change from its next claim. Returns the limits."""
+        check_queue(name)
+        current = {q.name: q for q in self.store.queue_limits()}.get(name, QueueLimits(name))
+        if isinstance(rate, str):
+            rate = Rate.parse(rate)
+        if not isinstance(paused, Keep | bool):
+            raise InvalidTaskError(f"paused must be True or False, got {paused!r}")
+        limits = QueueLimits(
+            name,
+            current.concurrency if isinstance(concurrency, Keep) else concurrency,
+            current.rate if isinstance(rate, Keep) else rate,
+            current.paused if isinstance(paused, Keep) else paused,
+        )
+        self.store.put_queue(limits, self.clock.now())
+        return limits
+
+    def pause_queue(self, name: str) -> QueueLimits:
+        """Start nothing new from this queue, on any worker; running tasks finish."""
+        return self.set_queue(name, paused=True)
+
+    def resume_queue(self, name: str) -> QueueLimits:
+        return self.set_queue(name, paused=False)
 
     def get(self, task_id: int) -> TaskRecord:
         """The task as stored now; :class:`TaskNotFoundError` if there is none."""

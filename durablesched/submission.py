@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
-from durablesched.records import NewTask
+from durablesched.queues import check_priority, check_queue
+from durablesched.records import DEFAULT_QUEUE, NewTask
 from durablesched.retry import DEFAULT_RETRY
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ API_NAMES: Mapping[str, str] = {
     "delay": "delay=",
     "max_attempts": "max_attempts",
     "key": "idempotency key",
+    "queue": "queue",
+    "priority": "priority",
 }
 
 
@@ -123,6 +126,8 @@ def build_task(
     key: str | None = None,
     registry: TaskRegistry | None = None,
     names: Mapping[str, str] = API_NAMES,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> NewTask:
     """Validate one submission and say exactly what is wrong with it.
 
@@ -140,9 +145,28 @@ def build_task(
     check_max_attempts(max_attempts, names["max_attempts"])
     if key is not None:
         check_key(key, names["key"])
+    queue, priority = _placement(definition, queue, priority, names)
     # Last: a well-formed submit whose arguments the function cannot take.
     _check_binding(definition, checked, what)
-    return NewTask(name, checked, due_at, max_attempts, key, args_json)
+    return NewTask(name, checked, due_at, max_attempts, key, args_json, queue, priority)
+
+
+def _placement(
+    definition: TaskDefinition | None,
+    queue: str | None,
+    priority: int | None,
+    names: Mapping[str, str] = API_NAMES,
+) -> tuple[str, int]:
+    """The queue and priority a submit asks for, else its definition's, else the defaults."""
+    if queue is None:
+        queue = definition.queue if definition is not None else DEFAULT_QUEUE
+    else:
+        check_queue(queue, names["queue"])
+    if priority is None:
+        priority = definition.priority if definition is not None else 0
+    else:
+        check_priority(priority, names["priority"])
+    return queue, priority
 
 
 def build_many(
@@ -154,12 +178,22 @@ def build_many(
     delay: timedelta | float | None = None,
     max_attempts: int | None = None,
     registry: TaskRegistry | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> list[NewTask]:
     """Validate many submissions of one name: the shared options once, each task's arguments."""
     items = iter(args_list)
     for args in items:
         first = build_task(
-            name, args, now=now, at=at, delay=delay, max_attempts=max_attempts, registry=registry
+            name,
+            args,
+            now=now,
+            at=at,
+            delay=delay,
+            max_attempts=max_attempts,
+            registry=registry,
+            queue=queue,
+            priority=priority,
         )
         break
     else:
@@ -173,7 +207,8 @@ def build_many(
     # Binding depends only on the argument names: each set of names is bound once.
     fits = {tuple(first.args)}
     # Tasks without arguments are all alike: one immutable NewTask stands for each.
-    bare = NewTask(name, {}, due_at, attempts, None, "{}")
+    queue, priority = first.queue, first.priority
+    bare = NewTask(name, {}, due_at, attempts, None, "{}", queue, priority)
     for args in items:
         if not args and (args is None or type(args) is dict):
             if () not in fits:
@@ -186,7 +221,7 @@ def build_many(
         if arg_names not in fits:
             _check_binding(definition, checked, what)
             fits.add(arg_names)
-        append(NewTask(name, checked, due_at, attempts, None, args_json))
+        append(NewTask(name, checked, due_at, attempts, None, args_json, queue, priority))
     return tasks
 
 

@@ -81,8 +81,7 @@ def open_db(
     readonly: bool | None = None,
 ) -> DurableStore:
     """The store at ``url`` (named ``option`` in errors), or at ``--db``, with
-    ``--durability``; read-only for the commands that only read (or as ``readonly``
-    says, for a command that only reads in some of its forms)."""
+    ``--durability``; read-only for the commands that only read (or as ``readonly`` says)."""
     from durablesched.store.opening import open_store
 
     db = check_db(args.db if url is None else url, option)

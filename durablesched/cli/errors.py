@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from durablesched.errors import CorruptDatabase, DurableSchedError
+
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
 
@@ -22,3 +24,12 @@ class UsageError(Exception):
 
 class Refused(Exception):
     """Not found or not allowed: exit 1."""
+
+
+def error_line(error: DurableSchedError) -> str:
+    """An error as the one line a command ends with: its kind, its message, and, for
+    a damaged database, what to do."""
+    line = f"{type(error).__name__}: {error}"
+    if isinstance(error, CorruptDatabase):
+        line += f"; {error.advice}"
+    return line

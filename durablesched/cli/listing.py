@@ -47,9 +47,15 @@ class Listing:
 
 
 def live_first(
-    store: DurableStore, *, state: TaskState | None, name: str | None, limit: int, now: datetime
+    store: DurableStore,
+    *,
+    state: TaskState | None,
+    name: str | None,
+    limit: int,
+    now: datetime,
+    queue: str | None = None,
 ) -> Listing:
-    """Up to ``limit`` tasks of ``state`` (default: all) and ``name``, live work first."""
+    """Up to ``limit`` tasks of ``state`` (default: all), ``name`` and ``queue``, live first."""
     groups = [(state,)] if state is not None else [*LIVE_GROUPS, FINISHED]
     shown: list[TaskRecord] = []
     #: Tasks read per state, and whether the read stopped at its limit (more may match).
@@ -62,7 +68,7 @@ def live_first(
         fetch = max(room, FINISHED_WINDOW) if finished else room
         rows: list[TaskRecord] = []
         for s in group:
-            found = store.list_tasks(state=s, name=name, limit=fetch)
+            found = store.list_tasks(state=s, name=name, limit=fetch, queue=queue)
             read[s] = (len(found), len(found) >= fetch)
             rows.extend(found)
         if finished:
@@ -72,8 +78,8 @@ def live_first(
         shown.extend(rows[:room])
     window_full = any(full for s, (_, full) in read.items() if s in FINISHED)
     wanted = [s for group in groups for s in group]
-    if name is None:
-        # Without a name filter the store counts every state exactly.
+    if name is None and queue is None:
+        # Without a filter the store counts every state exactly.
         counts = store.stats(now)["counts"]
         total = sum(counts[s.value] for s in wanted)
         return Listing(shown, total - len(shown), more_than=False, window_full=window_full)

@@ -12,7 +12,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Refused, UsageError
+from durablesched.cli.errors import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Refused,
+    UsageError,
+    error_line,
+)
 from durablesched.cli.options import CommandFunc, env_name, switch_is_on
 from durablesched.cli.parser import build_parser
 from durablesched.errors import DurableSchedError
@@ -73,4 +80,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refused as e:
         return report(str(e), EXIT_REFUSED, as_json=as_json)
     except DurableSchedError as e:
-        return report(f"{type(e).__name__}: {e}", EXIT_REFUSED, as_json=as_json)
+        return report(error_line(e), EXIT_REFUSED, as_json=as_json)

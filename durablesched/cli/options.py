@@ -27,6 +27,10 @@ DEFAULTS: dict[str, str] = {
     "log_level": "info",
     "environment": Environment.THREAD.value,
     "cancel_grace": "5",
+    # --burst: how far ahead a retry due or a lease lapsing is waited for.
+    "burst_wait": "5",
+    # Seconds of store errors in a row a worker backs off from before it stops.
+    "give_up_after": "60",
     "args": "{}",
     "limit": "50",
     # --batch means rows for purge and tasks for move: one variable, a default for each.
@@ -71,6 +75,7 @@ def option(
     suppress: bool = False,
     required: bool = False,
     default: str | None = None,
+    variable: str | None = None,
     **kw: Any,
 ) -> None:
     """Add ``--flag`` whose default comes from DURABLESCHED_FLAG, then ``DEFAULTS``.
@@ -78,10 +83,11 @@ def option(
     With ``suppress``, an absent flag sets nothing, so that the same option
     given before the subcommand is kept. ``required`` is met by the flag or by
     the variable. ``default`` names the ``DEFAULTS`` entry when it is not the
-    option's own name (``--batch`` has one per command).
+    option's own name (``--batch`` has one per command); ``variable`` the variable's
+    name after the prefix when the flag's would clash with another command's meaning.
     """
     name = flag.lstrip("-")
-    env = env_name(name)
+    env = env_name(variable or name)
     fallback = DEFAULTS.get(default or name.replace("-", "_"))
     value: Any = argparse.SUPPRESS if suppress else os.environ.get(env, fallback)
     shown = f" (default: {fallback})" if fallback is not None else ""
@@ -92,6 +98,16 @@ def option(
         help=f"{help}{shown} (env: {env})",
         **kw,
     )
+
+
+#: What the help of an option without a variable says, and why it has none.
+NO_VARIABLE = "(no variable: a stored setting is only changed when asked)"
+
+
+def setting(parser: argparse._ActionsContainer, flag: str, *, help: str, **kw: Any) -> None:
+    """Add ``--flag`` that changes something stored (a queue's limits): never read from
+    the environment, where a variable set for a worker would change it by surprise."""
+    parser.add_argument(flag, default=None, help=f"{help} {NO_VARIABLE}", **kw)
 
 
 def switch(
@@ -110,6 +126,25 @@ def switch(
 def switch_is_on(env: str) -> bool:
     """A switch's variable is on when set to anything but empty, 0, false or no."""
     return os.environ.get(env, "").lower() not in ("", "0", "false", "no")
+
+
+class Repeated(argparse.Action):
+    """A flag that may be given again: its values joined with commas, the form its
+    variable takes too (``--queue a=2 --queue b=1`` is ``DURABLESCHED_QUEUE=a=2,b=1``).
+    The first flag on the command line replaces the variable's value."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = getattr(namespace, f"_{self.dest}_given", False)
+        current = getattr(namespace, self.dest, None)
+        joined = f"{current},{values}" if seen and current else str(values)
+        setattr(namespace, self.dest, joined)
+        setattr(namespace, f"_{self.dest}_given", True)
 
 
 class Commands:

@@ -44,8 +44,8 @@ def register(commands: Commands) -> None:
     option(p, "--misfire-grace", help="add: how late a fire is still on time, not missed")
     option(p, "--overlap", help="add: skip (not while the last fire's task is live) or allow")
     option(p, "--max-attempts", help="add: attempts each task gets (default: the task's policy)")
-    option(p, "--queue", help="add: the queue its tasks go to, once tasks have queues")
-    option(p, "--priority", help="add: their priority, -100 to 100, once tasks have priorities")
+    option(p, "--queue", help="add: the queue its tasks go to (default: the task's)")
+    option(p, "--priority", help="add: their priority, -100 to 100 (default: the task's)")
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

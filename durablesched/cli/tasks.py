@@ -19,6 +19,7 @@ from durablesched.cli.output import print_json, record_dict, table, when
 from durablesched.cli.values import parse_duration, positive_int, task_id
 from durablesched.clock import SystemClock
 from durablesched.errors import InvalidTaskError, InvalidTransitionError, TaskNotFoundError
+from durablesched.queues import check_queue
 from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
 from durablesched.retry import DEFAULT_RETRY
@@ -43,6 +44,8 @@ CLI_NAMES = {
     "delay": "--delay",
     "max_attempts": "--max-attempts",
     "key": "--key",
+    "queue": "--queue",
+    "priority": "--priority",
 }
 
 #: The states ``retry`` takes a task from.
@@ -69,12 +72,21 @@ def register(commands: Commands) -> None:
         f"{DEFAULT_RETRY.max_attempts})",
     )
     option(p, "--key", help="idempotency key: a live or succeeded task with it is reused")
+    option(
+        p, "--queue", help="the queue it waits in (default: the task's with --app, else default)"
+    )
+    option(
+        p,
+        "--priority",
+        help="-100 to 100, higher runs first in its queue (default: the task's with --app, else 0)",
+    )
 
     p = commands.add(
         "ls", cmd_ls, "list tasks: running, then waiting by due time, then finished, newest first"
     )
     option(p, "--state", help="only tasks in this state")
     option(p, "--name", help="only tasks of this name")
+    option(p, "--queue", help="only tasks of this queue")
     option(p, "--limit", help="at most this many")
 
     for name, func, help in (
@@ -141,6 +153,12 @@ def _submission(
     # task's function, and its own retry policy sets its attempts, as for a
     # submit from the app itself.
     registry = load_registry(args.app) if args.app else None
+    priority = None
+    if args.priority is not None:
+        try:
+            priority = int(args.priority)
+        except ValueError:
+            raise UsageError(f"--priority must be a whole number, got {args.priority!r}") from None
 
     def build(now: datetime) -> NewTask:
         try:
@@ -154,6 +172,8 @@ def _submission(
                 key=args.key,
                 registry=registry,
                 names=CLI_NAMES,
+                queue=args.queue,
+                priority=priority,
             )
         except InvalidTaskError as e:
             raise UsageError(str(e)) from None
@@ -212,10 +232,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
             check_name(args.name, "--name")
         except InvalidTaskError as e:
             raise UsageError(str(e)) from None
+    if args.queue:
+        try:
+            check_queue(args.queue, "--queue")
+        except InvalidTaskError as e:
+            raise UsageError(str(e)) from None
     store = open_db(args)
     try:
         listing = live_first(
-            store, state=state, name=args.name or None, limit=limit, now=SystemClock().now()
+            store,
+            state=state,
+            name=args.name or None,
+            limit=limit,
+            now=SystemClock().now(),
+            queue=args.queue or None,
         )
     finally:
         store.close()
@@ -223,13 +253,26 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print_json([record_dict(t) for t in listing.tasks])
         return EXIT_OK
     rows = [
-        [t.id, t.name, t.state, when(t.due_at), f"{t.attempts}/{t.max_attempts}", t.lease_owner]
+        [
+            t.id,
+            t.name,
+            t.queue,
+            t.priority,
+            t.state,
+            when(t.due_at),
+            f"{t.attempts}/{t.max_attempts}",
+            t.lease_owner,
+        ]
         for t in listing.tasks
     ]
-    print(table(["id", "name", "state", "due_at", "attempts", "lease_owner"], rows))
+    headers = ["id", "name", "queue", "priority", "state", "due_at", "attempts", "lease_owner"]
+    print(table(headers, rows))
     if listing.left_out or listing.more_than:
         count = f"{'at least ' if listing.more_than else ''}{listing.left_out:,}"
-        print(f"\n{count} more task(s) not shown: raise --limit, or narrow with --state or --name")
+        print(
+            f"\n{count} more task(s) not shown: raise --limit, "
+            "or narrow with --state, --name or --queue"
+        )
     if listing.window_full:
         print(
             f"finished tasks are the most recent of the first {FINISHED_WINDOW:,} per state "

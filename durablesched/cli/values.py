@@ -43,6 +43,19 @@ def positive_float(what: str, value: str) -> float:
     return number
 
 
+def seconds(what: str, value: str) -> float:
+    """A number of seconds from 0 to MAX_SECONDS."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not 0 <= number <= MAX_SECONDS:
+        raise UsageError(
+            f"{what} must be a number of seconds from 0 to {MAX_SECONDS} (a year), got {value}"
+        )
+    return number
+
+
 def task_id(value: str) -> int:
     """A task id: a whole number from 1 to the largest a 64-bit column holds."""
     try:

@@ -7,23 +7,28 @@ run, give back unfinished claims, report how the database behaved.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from durablesched.cli.app import load_registry
 from durablesched.cli.database import check_db, display_db, open_db
-from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
-from durablesched.cli.options import Commands, env_name, option, switch
-from durablesched.cli.values import positive_float, positive_int
-from durablesched.errors import DurableSchedError
+from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError, error_line
+from durablesched.cli.options import Commands, Repeated, env_name, option, switch
+from durablesched.cli.output import jsonable, when
+from durablesched.cli.values import positive_float, positive_int, seconds
+from durablesched.errors import CorruptDatabase, DurableSchedError, InvalidTaskError
+from durablesched.queues import check_queue
 from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.registry import TaskRegistry
+from durablesched.states import TaskState
 
 if TYPE_CHECKING:
     from durablesched.store.protocol import DurableStore
@@ -65,7 +70,32 @@ def register(commands: Commands) -> None:
         "--log-level",
         help="debug, info (a line per task start and outcome), warning or error",
     )
-    switch(p, "--burst", help="exit 0 once nothing is due or running")
+    option(
+        p,
+        "--give-up-after",
+        help="seconds of database errors in a row the worker backs off from before it exits 1",
+    )
+    switch(
+        p,
+        "--burst",
+        help="exit 0 once nothing can be claimed now or within --burst-wait seconds",
+    )
+    option(
+        p,
+        "--burst-wait",
+        help="with --burst: how far ahead a retry due or another worker's lease lapsing "
+        "is waited for",
+    )
+    option(
+        p,
+        "--queue",
+        # Not DURABLESCHED_QUEUE: that is the queue `submit` puts a task in.
+        variable="worker-queues",
+        action=Repeated,
+        metavar="NAME=SLOTS",
+        help="serve this queue with slots of its own; repeat for more queues "
+        "(without: every queue, sharing --concurrency)",
+    )
 
 
 @dataclass(frozen=True)
@@ -79,6 +109,9 @@ class WorkerOptions:
     log_level: int
     environment: Environment
     cancel_grace: float
+    give_up_after: float
+    burst_wait: float
+    queues: dict[str, int] | None = None
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -98,8 +131,36 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         raise UsageError(f"--environment must be {ENVIRONMENT_CHOICES}, got {args.environment!r}")
     cancel_grace = positive_float("--cancel-grace", args.cancel_grace)
     return WorkerOptions(
-        registry, concurrency, lease, grace, level, Environment(args.environment), cancel_grace
+        registry,
+        concurrency,
+        lease,
+        grace,
+        level,
+        Environment(args.environment),
+        cancel_grace,
+        give_up_after=seconds("--give-up-after", args.give_up_after),
+        burst_wait=seconds("--burst-wait", args.burst_wait),
+        queues=served_queues(args.queue),
     )
+
+
+def served_queues(text: str | None) -> dict[str, int] | None:
+    """``--queue NAME=SLOTS`` (repeated, or comma-joined in the variable) as a mapping."""
+    if not text:
+        return None
+    queues: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, slots = item.strip().partition("=")
+        if not sep:
+            raise UsageError(f"--queue takes NAME=SLOTS, such as default=8, got {item!r}")
+        try:
+            check_queue(name, "--queue's name")
+        except InvalidTaskError as e:
+            raise UsageError(str(e)) from None
+        if name in queues:
+            raise UsageError(f"--queue names {name!r} twice")
+        queues[name] = positive_int(f"--queue {name}", slots, maximum=10_000)
+    return queues
 
 
 def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[DurableStore, Worker]:
@@ -114,6 +175,8 @@ def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[Dura
         lease=options.lease,
         environment=options.environment,
         cancel_grace=options.cancel_grace,
+        queues=options.queues,
+        give_up_after=options.give_up_after,
     )
     return store, worker
 
@@ -147,25 +210,90 @@ class SignalStop:
             signal.signal(sig, handler)
 
 
-def run_worker(worker: Worker, stop: SignalStop, *, burst: bool) -> int:
+def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: float) -> int:
     """Run until stopped (or idle, with ``burst``), then give back unfinished claims."""
     code = EXIT_OK
     try:
-        worker.run(burst=burst)
+        worker.run(burst=burst, burst_wait=burst_wait)
     except DurableSchedError as e:
         # The database went away or broke under us: stop, loudly, rather than spin.
-        log.error("worker stopping: %s", e)
-        print(f"durablesched: {type(e).__name__}: {e}", file=sys.stderr)
-        code = EXIT_REFUSED
+        # One line; the worker logged each distinct error as it met it.
+        print(f"durablesched: worker stopped: {error_line(e)}", file=sys.stderr)
         stop.grace = 0.0
+        if isinstance(e, CorruptDatabase):
+            # Nothing more can be written: held leases lapse and a worker on a
+            # healthy (restored) database reclaims their tasks.
+            worker.request_stop()
+            return EXIT_REFUSED
+        code = EXIT_REFUSED
     try:
         released = worker.shutdown(stop.grace)
         if released:
             log.warning("gave back %s unfinished task(s) as PENDING", released)
     except DurableSchedError as e:
-        log.error("could not give back unfinished tasks: %s", e)
+        log.error("could not give back unfinished tasks (their leases will lapse): %s", e)
         code = EXIT_REFUSED
     return code
+
+
+def remaining(store: DurableStore, owner: str, now: datetime) -> Remaining:
+    """What a burst worker leaves: tasks due later, tasks running under other workers'
+    leases, tasks due now that it does not run (their names are not in its app)."""
+    stats = store.stats(now)
+    counts = stats["counts"]
+    due_now = sum(o["tasks"] for o in stats["overdue_by_name"])
+    later = counts[TaskState.PENDING.value] + counts[TaskState.RETRY_WAIT.value] - due_now
+    next_due: datetime | None = None
+    if later > 0:
+        # In (due_at, seq) order: past the ones due now, the first is the earliest later.
+        for state in (TaskState.PENDING, TaskState.RETRY_WAIT):
+            for task in store.list_tasks(state=state, limit=due_now + 1):
+                if task.due_at > now and (next_due is None or task.due_at < next_due):
+                    next_due = task.due_at
+                    break
+    running = [r for r in stats["running"] if r["lease_owner"] != owner]
+    return Remaining(
+        due_later=later,
+        next_due_at=next_due,
+        running_elsewhere=len(running),
+        next_lease_expiry=min((r["lease_expires_at"] for r in running), default=None),
+        due_now_not_run=due_now,
+    )
+
+
+@dataclass(frozen=True)
+class Remaining:
+    """What a burst worker leaves behind, for its last line."""
+
+    due_later: int
+    next_due_at: datetime | None
+    running_elsewhere: int
+    next_lease_expiry: datetime | None
+    due_now_not_run: int
+
+    def line(self) -> str:
+        parts = []
+        if self.due_later:
+            parts.append(f"{self.due_later} due later (the first at {when(self.next_due_at)})")
+        if self.running_elsewhere:
+            parts.append(
+                f"{self.running_elsewhere} running under another worker's lease "
+                f"(the first expires at {when(self.next_lease_expiry)})"
+            )
+        if self.due_now_not_run:
+            parts.append(f"{self.due_now_not_run} due now that this worker does not run")
+        return "burst done: " + ("; ".join(parts) if parts else "nothing remains")
+
+
+def report_remaining(store: DurableStore, owner: str, *, as_json: bool) -> None:
+    """The burst's last line, on stdout: what is left for other workers, or later."""
+    from durablesched.clock import SystemClock
+
+    left = remaining(store, owner, SystemClock().now())
+    if as_json:
+        print(json.dumps(jsonable(asdict(left))))
+    else:
+        print(left.line())
 
 
 def report_stop(store: DurableStore) -> None:
@@ -201,8 +329,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         ", ".join(options.registry) or "(none)",
     )
     try:
-        code = run_worker(worker, stop, burst=args.burst)
-        report_stop(store)
+        code = run_worker(worker, stop, burst=args.burst, burst_wait=options.burst_wait)
+        if code == EXIT_OK:
+            report_stop(store)
+            if args.burst:
+                report_remaining(store, worker.owner, as_json=args.json)
     finally:
         stop.restore()
         store.close()

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from durablesched.errors import InvalidScheduleError, InvalidTaskError, UnknownTaskNameError
+from durablesched.queues import check_priority, check_queue
 from durablesched.schedules.timing import (
     DEFAULT_GRACE,
     CronTimes,
@@ -32,11 +33,6 @@ if TYPE_CHECKING:
 
 #: Characters in a schedule's name: its tasks' idempotency keys carry it and a fire time.
 MAX_SCHEDULE_NAME = 150
-#: Characters in a queue name, and the characters allowed.
-MAX_QUEUE_NAME = 100
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
-#: The priorities a schedule's tasks may be given.
-PRIORITY_RANGE = range(-100, 101)
 #: The shortest ``every=``: fire times are kept to the second, like cron's.
 MIN_EVERY = timedelta(seconds=1)
 #: The longest ``every=`` and misfire grace (ten years).
@@ -65,7 +61,7 @@ class Schedule:
     misfire_grace: timedelta
     overlap: Overlap
     max_attempts: int
-    #: Named queues and priorities take effect once tasks have them (see docs/schedules.md).
+    #: The queue and priority of its tasks (None: the task's own, else the defaults).
     queue: str | None = None
     priority: int | None = None
     #: ``args`` as JSON text, as stored.
@@ -144,8 +140,10 @@ def schedule(
         misfire_grace=_duration(misfire_grace, f"{what}: misfire_grace", timedelta(0)),
         overlap=_choice(Overlap, overlap, f"{what}: overlap"),
         max_attempts=_int_in(max_attempts, range(1, MAX_ATTEMPTS + 1), f"{what}: max_attempts"),
-        queue=None if queue is None else check_queue(queue, what),
-        priority=_priority(priority, what),
+        queue=None if queue is None else _invalid(check_queue, queue, f"{what}: queue"),
+        priority=None
+        if priority is None
+        else _invalid(check_priority, priority, f"{what}: priority"),
         args_json=args_json,
     )
 
@@ -162,6 +160,11 @@ def checked_schedule(
                 f"under the name {task!r}"
             )
         settings.setdefault("max_attempts", registry.retry_policy(task).max_attempts)
+        # Unless the schedule says, its tasks go where the task's submits go.
+        if settings.get("queue") is None:
+            settings["queue"] = registry.get(task).queue
+        if settings.get("priority") is None:
+            settings["priority"] = registry.get(task).priority
     declared = schedule(task, name=name, **settings)
     if registry is not None:
         problem = registry.get(task).mismatch(declared.args)
@@ -171,10 +174,6 @@ def checked_schedule(
                 f"{task!r} ({registry.get(task).call_signature()}): {problem}"
             )
     return declared
-
-
-def _priority(priority: object, what: str) -> int | None:
-    return None if priority is None else _int_in(priority, PRIORITY_RANGE, f"{what}: priority")
 
 
 def check_cron(expression: object, what: str) -> str:
@@ -208,15 +207,6 @@ def check_timezone(timezone: object, what: str) -> str:
             f"{what}: unknown time zone {timezone!r} (an IANA name such as 'Europe/Berlin')"
         ) from None
     return timezone
-
-
-def check_queue(queue: object, what: str) -> str:
-    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
-        raise InvalidScheduleError(
-            f"{what}: queue must be 1 to {MAX_QUEUE_NAME} letters, digits, '.', '_' or '-', "
-            f"got {queue!r}"
-        )
-    return queue
 
 
 def _invalid(check: Any, value: Any, what: str) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from durablesched.records import NewTask
+from durablesched.records import DEFAULT_QUEUE, NewTask
 from durablesched.schedules.declaration import (
     CATCH_UP,
     RUN_NOW,
@@ -44,13 +44,19 @@ class PlannedFire:
 
 
 def fire_task(schedule: Schedule, at: datetime, kind: str) -> NewTask:
-    """The task a fire makes: due at its fire time, keyed by schedule and fire time.
-
-    Queue and priority are stored with the schedule and are not passed on:
-    tasks have no queue or priority yet (docs/schedules.md).
-    """
+    """The task a fire makes: due at its fire time, keyed by schedule and fire time,
+    in the schedule's queue with its priority (the defaults where it has none)."""
     key = fire_key(schedule.name, at, None if kind == ON_TIME else kind)
-    return NewTask(schedule.task, schedule.args, at, schedule.max_attempts, key, schedule.args_json)
+    return NewTask(
+        schedule.task,
+        schedule.args,
+        at,
+        schedule.max_attempts,
+        key,
+        schedule.args_json,
+        DEFAULT_QUEUE if schedule.queue is None else schedule.queue,
+        0 if schedule.priority is None else schedule.priority,
+    )
 
 
 def due_fires(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import json
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,9 @@ from durablesched.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
+    DEFAULT_QUEUE,
     FINDING_IDS,
     OVERDUE_AFTER,
     SUBMITTED,
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection  # only in submit's signature: never given here
 
 _HeapEntry = tuple[datetime, int, int]
+#: A due task waiting in its queue: (-priority, due_at, seq, id), best first.
+_ReadyEntry = tuple[int, datetime, int, int]
 
 
 class MemoryStore:
@@ -70,8 +74,16 @@ class MemoryStore:
 
     def __init__(self, *, compact_ratio: float = 0.5, compact_min: int = 64) -> None:
         self._lock = threading.Lock()
+        #: Tasks not yet due, by due time; claim() moves the due ones to their queue's
+        #: ready heap, in (priority desc, due_at, seq) order.
         self._heap: list[_HeapEntry] = []
+        self._ready: dict[str, list[_ReadyEntry]] = {}
+        #: Stale entries in both kinds of heap together.
         self._stale = 0
+        #: Every queue a task was submitted to or limits were set for, and the limits.
+        self._queues: dict[str, QueueLimits] = {DEFAULT_QUEUE: QueueLimits(DEFAULT_QUEUE)}
+        #: Start times each rate-limited queue's window still remembers.
+        self._starts: dict[str, list[datetime]] = {}
         self._tasks: dict[int, TaskRecord] = {}
         self._events: dict[int, list[TaskEvent]] = {}
         self._running: set[int] = set()
@@ -93,7 +105,7 @@ class MemoryStore:
 
     @property
     def heap_size(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + sum(map(len, self._ready.values()))
 
     @property
     def stale_entries(self) -> int:
@@ -120,13 +132,20 @@ class MemoryStore:
             return list(self._events.get(task_id, ()))
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         with self._lock:
             rows = [
                 t
                 for t in self._tasks.values()
-                if (state is None or t.state == state) and (name is None or t.name == name)
+                if (state is None or t.state == state)
+                and (name is None or t.name == name)
+                and (queue is None or t.queue == queue)
             ]
         rows.sort(key=lambda t: (t.due_at, t.seq))
         return rows[:limit]
@@ -140,22 +159,33 @@ class MemoryStore:
         names: Collection[str] | None = None,
         *,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         claims: list[Claim] = []
-        skipped: list[_HeapEntry] = []
         with self._lock:
-            while self._heap and len(claims) < limit and self._heap[0][0] <= now:
-                entry = heapq.heappop(self._heap)
-                task = self._live_entry(entry)
+            self._promote(now)
+            allowed = self._allowances(limit, now, queues)
+            skipped: dict[str, list[_ReadyEntry]] = {}
+            while len(claims) < limit:
+                heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
+                if not heads:
+                    break
+                entry, queue = min(heads)
+                heapq.heappop(self._ready[queue])
+                task = self._live_ready(entry)
                 if task is None:
                     self._stale -= 1
                     continue
                 if names is not None and task.name not in names:
-                    skipped.append(entry)
+                    skipped.setdefault(queue, []).append(entry)
                     continue
+                allowed[queue] -= 1
+                if queue in self._starts:
+                    self._starts[queue].append(now)
                 claims.append(self._start(task, owner, now, lease, task.name in process_names))
-            for entry in skipped:
-                heapq.heappush(self._heap, entry)
+            for queue, entries in skipped.items():
+                for entry in entries:
+                    heapq.heappush(self._ready[queue], entry)
         return claims
 
     def heartbeat(
@@ -165,8 +195,8 @@ class MemoryStore:
         with self._lock:
             for claim in sorted(claims, key=lambda c: c.task_id):
                 task = self._valid(claim, owner, now)
-                if task is None:
-                    continue
+                if task is None or (renewed and renewed[-1].task_id == task.id):
+                    continue  # lost, or the same claim given twice: one status per task
                 task = self._put(replace(task, lease_expires_at=now + lease, updated_at=now))
                 renewed.append(
                     LeaseStatus(
@@ -181,10 +211,12 @@ class MemoryStore:
     def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
         with self._lock:
             valid = [self._valid(c, owner, now) for c in sorted(claims, key=lambda c: c.task_id)]
+        # One status per task, as heartbeat answers, even for a claim given twice.
+        unique = {t.id: t for t in valid if t is not None and t.lease_expires_at is not None}
         return [
             LeaseStatus(t.id, t.fence, t.lease_expires_at, t.cancel_requested_at is not None)
-            for t in valid
-            if t is not None and t.lease_expires_at is not None
+            for t in unique.values()
+            if t.lease_expires_at is not None
         ]
 
     def complete(
@@ -238,6 +270,7 @@ class MemoryStore:
         lease: timedelta,
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         results: list[OutcomeResult] = [None] * len(outcomes)
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
@@ -246,7 +279,7 @@ class MemoryStore:
             except (InvalidTransitionError, UnsupportedOperationError) as e:
                 results[index] = e
         claims = (
-            self.claim(owner, limit, now, lease, names, process_names=process_names)
+            self.claim(owner, limit, now, lease, names, process_names=process_names, queues=queues)
             if limit > 0
             else []
         )
@@ -353,16 +386,27 @@ class MemoryStore:
                 reclaimed.append(Reclaimed(task.id, task.name, task.attempts, owner, state))
         return reclaimed
 
-    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+    def next_wakeup(
+        self,
+        now: datetime,
+        names: Collection[str] | None = None,
+        queues: Collection[str] | None = None,
+    ) -> datetime | None:
         with self._lock:
             while self._heap and self._live_entry(self._heap[0]) is None:
                 heapq.heappop(self._heap)
                 self._stale -= 1
-            if self._heap and self._heap[0][0] > now:
-                due: datetime | None = self._heap[0][0]
+            top = self._heap[0] if self._heap else None
+            if (
+                top is not None
+                and top[0] > now
+                and (names is None or self._tasks[top[2]].name in names)
+                and (queues is None or self._tasks[top[2]].queue in queues)
+            ):
+                due: datetime | None = top[0]
             else:
-                # Due tasks sit on top that this caller did not claim (other names):
-                # only then is a full scan needed.
+                # Due tasks sit on top that this caller did not claim, or the first
+                # task to come is of another name or queue: only then is a full scan needed.
                 due = min(
                     (
                         entry[0]
@@ -370,9 +414,16 @@ class MemoryStore:
                         if entry[0] > now
                         and (task := self._live_entry(entry)) is not None
                         and (names is None or task.name in names)
+                        and (queues is None or task.queue in queues)
                     ),
                     default=None,
                 )
+            rates = [
+                frees
+                for q, limits in self._queues.items()
+                if (queues is None or q in queues)
+                and (frees := limits.rate_frees_at(self._starts.get(q, []), now)) is not None
+            ]
             leases = [
                 t.lease_expires_at
                 for t in (self._tasks[i] for i in self._running)
@@ -380,7 +431,48 @@ class MemoryStore:
             ]
         if due is not None:
             leases.append(due)
-        return min(leases, default=None)
+        return min(leases + rates, default=None)
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def queue_limits(self) -> list[QueueLimits]:
+        with self._lock:
+            return sorted(self._queues.values(), key=lambda q: q.name)
+
+    def put_queue(self, limits: QueueLimits, now: datetime) -> None:
+        with self._lock:
+            self._queues[limits.name] = limits
+            if limits.rate is None:
+                self._starts.pop(limits.name, None)
+            else:
+                self._starts.setdefault(limits.name, [])
+
+    def queue_info(self, now: datetime) -> list[QueueInfo]:
+        with self._lock:
+            infos: dict[str, QueueInfo] = {
+                q.name: QueueInfo(
+                    name=q.name,
+                    paused=q.paused,
+                    concurrency=q.concurrency,
+                    rate=None if q.rate is None else str(q.rate),
+                    counts={state.value: 0 for state in TaskState},
+                    running=0,
+                    oldest_waiting_seconds=None,
+                )
+                for q in self._queues.values()
+            }
+            for task in self._tasks.values():
+                info = infos[task.queue]
+                info["counts"][task.state.value] += 1
+                if task.state is TaskState.RUNNING:
+                    info["running"] += 1
+                elif task.state in CLAIMABLE and task.due_at <= now:
+                    waited = (now - task.due_at).total_seconds()
+                    oldest = info["oldest_waiting_seconds"]
+                    info["oldest_waiting_seconds"] = (
+                        waited if oldest is None else max(oldest, waited)
+                    )
+        return [infos[name] for name in sorted(infos)]
 
     def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
         """As :meth:`Operator.check <durablesched.store.protocol.Operator.check>`: expired
@@ -588,13 +680,64 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
             finished_at=None,
+            queue=new.queue,
+            priority=new.priority,
         )
+        if new.queue not in self._queues:
+            self._queues[new.queue] = QueueLimits(new.queue)
         self._tasks[task_id] = task
         self._events[task_id] = [TaskEvent(task_id, now, TaskState.PENDING, 0, SUBMITTED)]
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))
         return Submitted(task_id, created=True)
+
+    def _promote(self, now: datetime) -> None:
+        """Move every task due by ``now`` from the time heap to its queue's ready heap."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            task = self._live_entry(entry)
+            if task is None:
+                self._stale -= 1
+                continue
+            ready = self._ready.setdefault(task.queue, [])
+            heapq.heappush(ready, (-task.priority, task.due_at, task.seq, task.id))
+
+    def _allowances(
+        self, limit: int, now: datetime, queues: Mapping[str, int] | None
+    ) -> dict[str, int]:
+        """How many tasks of each queue this claim may start: the caller's slots for it
+        (or ``limit``), within the queue's stored limits."""
+        wanted = {q: limit for q in self._ready} if queues is None else dict(queues)
+        limited = {q: limits for q, limits in self._queues.items() if limits.limited}
+        if not limited:
+            return {q: n for q, n in wanted.items() if q in self._ready}
+        running: dict[str, int] = {}
+        for task_id in self._running:
+            q = self._tasks[task_id].queue
+            running[q] = running.get(q, 0) + 1
+        allowed: dict[str, int] = {}
+        for q, n in wanted.items():
+            if q not in self._ready:
+                continue
+            limits = limited.get(q)
+            if limits is not None:
+                starts = self._starts.get(q)
+                if starts is not None and limits.rate is not None:
+                    since = now - limits.rate.per
+                    starts[:] = [t for t in starts if t > since]
+                allowed[q] = limits.allowance(n, running.get(q, 0), starts or [], now)
+                continue
+            allowed[q] = n
+        return allowed
+
+    def _live_ready(self, entry: _ReadyEntry) -> TaskRecord | None:
+        """The task a ready entry stands for, or None if the entry is stale."""
+        task = self._tasks.get(entry[3])
+        if task is None or task.state not in CLAIMABLE or task.due_at != entry[1]:
+            return None
+        return task
 
     def _live_entry(self, entry: _HeapEntry) -> TaskRecord | None:
         """The task an entry stands for, or None if the entry is stale."""
@@ -620,7 +763,7 @@ class MemoryStore:
             )
         )
         self._running.add(task.id)
-        self._event(task, now, f"claimed by {owner}")
+        self._event(task, now, f"claimed by {owner} from queue {task.queue}")
         return Claim(
             task_id=task.id,
             name=task.name,
@@ -633,6 +776,7 @@ class MemoryStore:
             due_at=task.due_at,
             seq=task.seq,
             idempotency_key=effective_key(task.id, task.idempotency_key),
+            queue=task.queue,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:
@@ -707,10 +851,13 @@ class MemoryStore:
         self._events[task.id].append(TaskEvent(task.id, now, task.state, task.attempts, detail))
 
     def _maybe_compact(self) -> None:
-        size = len(self._heap)
+        size = self.heap_size
         if size >= self._compact_min and self._stale > self._compact_ratio * size:
             self._heap = [e for e in self._heap if self._live_entry(e) is not None]
             heapq.heapify(self._heap)
+            for queue, ready in self._ready.items():
+                self._ready[queue] = [e for e in ready if self._live_ready(e) is not None]
+                heapq.heapify(self._ready[queue])
             self._stale = 0
             self.compactions += 1
 

@@ -10,10 +10,11 @@ an invalid claim changes nothing and returns a falsy value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
     CancelOutcome,
@@ -178,7 +179,12 @@ class Store(ScheduleStore, Protocol):
         ...
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` tasks, filtered, in (due_at, seq) order."""
         ...
@@ -192,8 +198,15 @@ class Store(ScheduleStore, Protocol):
         names: Collection[str] | None = None,
         *,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> list[Claim]:
-        """Claim up to ``limit`` claimable tasks due at ``now``, earliest (due_at, seq) first.
+        """Claim up to ``limit`` claimable tasks due at ``now``, best first: (priority desc,
+        due_at, seq), across the queues claimed from.
+
+        With ``queues``, at most ``queues[q]`` tasks of each queue ``q`` (a worker's
+        free slots for it); without, from every queue. Each queue's stored limits
+        hold: a paused queue gives nothing, a concurrency limit counts what RUNS
+        anywhere, a rate limit counts the attempts started in its window.
 
         Each becomes RUNNING with ``owner``, a lease until ``now + lease``, one
         more attempt and a new fence. With ``names``, only tasks of those names
@@ -230,6 +243,7 @@ class Store(ScheduleStore, Protocol):
         lease: timedelta,
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 
@@ -287,8 +301,28 @@ class Store(ScheduleStore, Protocol):
         """
         ...
 
-    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
-        """The earliest time after ``now`` when a claim or a reclaim could succeed."""
+    def next_wakeup(
+        self,
+        now: datetime,
+        names: Collection[str] | None = None,
+        queues: Collection[str] | None = None,
+    ) -> datetime | None:
+        """The earliest time after ``now`` when a claim or a reclaim could succeed: a task
+        falls due (of ``names``, in ``queues``, if given), a lease expires, or a full rate
+        window admits a start again."""
+        ...
+
+    def queue_limits(self) -> list[QueueLimits]:
+        """Every queue known (submitted to, or given limits), with its limits, by name."""
+        ...
+
+    def put_queue(self, limits: QueueLimits, now: datetime) -> None:
+        """Store a queue's limits (the queue is made if new); running workers obey them
+        from their next claim."""
+        ...
+
+    def queue_info(self, now: datetime) -> list[QueueInfo]:
+        """Every queue with its limits, tasks per state, running count and oldest wait."""
         ...
 
     def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:

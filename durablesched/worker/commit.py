@@ -16,14 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from durablesched.errors import DurableSchedError
+from durablesched.errors import DurableSchedError, StoreError
 from durablesched.records import Claim, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
-from durablesched.worker.slots import Running, Slots
+from durablesched.worker.slots import Running, Slots, free_slots
+from durablesched.worker.trouble import StoreTrouble
 from durablesched.worker.watch import ChangeWatch
 
 # The logger name the worker's lines have always carried, whichever module
@@ -52,6 +53,7 @@ class GroupCommit:
         launch: Callable[[list[Claim]], None],
         stopping: threading.Event,
         wakeup: threading.Event,
+        trouble: StoreTrouble,
     ) -> None:
         self._scheduler = scheduler
         self._registry = registry
@@ -65,6 +67,10 @@ class GroupCommit:
         self._launch = launch
         self._stopping = stopping
         self._wakeup = wakeup
+        self._trouble = trouble
+        #: The store error of the last group commit, if it failed (None once one works):
+        #: the claim loop backs off from it (or stops on it) as from its own.
+        self.error: StoreError | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
         self._pending: list[tuple[Running, Outcome]] = []
         self._flush_lock = threading.Lock()
@@ -101,6 +107,13 @@ class GroupCommit:
             if not recorded:
                 return
 
+    def settled(self) -> bool:
+        """Nothing is waiting to be recorded, or being recorded, and the last try worked:
+        then a pass of the loop that worked means the store works (a group commit in
+        flight might yet fail)."""
+        with self._lock:
+            return not self._pending and not self._flush_lock.locked() and self.error is None
+
     def _gather(self) -> list[tuple[Running, Outcome]]:
         """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
         still running here, so that short tasks share one commit (and one fsync)."""
@@ -116,10 +129,12 @@ class GroupCommit:
 
     def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
-        limit = 0
+        limit, queues = 0, None
         if self.looping and not self._stopping.is_set():
+            finishing = {id(running) for running, _ in batch}
             with self._lock:
-                limit = self._options.concurrency - (len(self._active) - len(batch))
+                staying = [r for r in self._active.values() if id(r) not in finishing]
+            limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
         try:
             results, claims = self._scheduler.store.record_and_claim(
                 [outcome for _, outcome in batch],
@@ -129,13 +144,21 @@ class GroupCommit:
                 lease=self._options.lease,
                 names=self._registry.names,
                 process_names=self._attempts.process_names(),
+                queues=queues,
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
-            log.error("could not record %s outcome(s), will retry: %s", len(batch), e)
+            # Logged once per distinct error; the loop backs off from it, or gives up.
+            error = e if isinstance(e, StoreError) else StoreError(str(e))
+            self._trouble.note(error, self._scheduler.clock.now())
             with self._lock:
                 self._pending[:0] = batch
+                self.error = error
+            self._wakeup.set()
             return False
+        with self._lock:
+            self.error = None
+        self._trouble.recovered(self._scheduler.clock.now())
         finished: list[Running] = []
         again: list[tuple[Running, Outcome]] = []
         for (running, outcome), result in zip(batch, results, strict=True):

@@ -16,20 +16,22 @@ import logging
 import random
 import threading
 import time
+import warnings
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from durablesched.errors import ConfigurationError, SchemaError, StoreError
+from durablesched.errors import ConfigurationError, StoreError
 from durablesched.records import Claim, Environment
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
-from durablesched.states import TaskState
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
-from durablesched.worker.options import WorkerOptions
+from durablesched.worker.options import WorkerOptions, finite_seconds
 from durablesched.worker.schedules import ScheduleStep
-from durablesched.worker.slots import Running, Slots
+from durablesched.worker.slots import Running, Slots, free_slots
 from durablesched.worker.threads import TaskThreads
+from durablesched.worker.trouble import StoreTrouble
 from durablesched.worker.watch import ChangeWatch
 
 # The logger name the worker's lines have always carried, whichever module
@@ -42,7 +44,11 @@ class Worker:
 
     ``lease`` is how long a claim lasts without a heartbeat; heartbeats renew
     every held lease at ``heartbeat_interval`` (a third of the lease by
-    default). Outcomes are group-committed: the first thread to finish records
+    default). A store error is backed off from (exponentially, capped at 5 s,
+    jittered) for up to ``give_up_after`` seconds of the scheduler's clock, then
+    :meth:`run` gives up with a StoreError; a damaged database
+    (:class:`CorruptDatabase`) or an unusable schema stops it at once.
+    Outcomes are group-committed: the first thread to finish records
     every outcome pending (waiting up to ``commit_delay`` for the tasks still
     running here) and, in the same transaction, claims into the freed slots.
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
@@ -61,12 +67,20 @@ class Worker:
         rng: random.Random | None = None,
         poll_interval: float = 0.01,
         commit_delay: float = 0.002,
-        max_store_failures: int = 10,
+        give_up_after: float = 60.0,
+        max_store_failures: int | None = None,
         environment: str | Environment = Environment.THREAD,
         cancel_grace: float = 5.0,
+        queues: Mapping[str, int] | None = None,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
+        if max_store_failures is not None:
+            warnings.warn(
+                "Worker(max_store_failures=...) is deprecated: use give_up_after (seconds)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self._options = options = WorkerOptions.checked(
             concurrency=concurrency,
             lease=lease,
@@ -74,9 +88,11 @@ class Worker:
             owner=owner,
             poll_interval=poll_interval,
             commit_delay=commit_delay,
+            give_up_after=give_up_after,
             max_store_failures=max_store_failures,
             environment=environment,
             cancel_grace=cancel_grace,
+            queues=queues,
         )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
@@ -84,9 +100,9 @@ class Worker:
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         slots = self._slots = Slots(lambda: self.scheduler.subscribe(self._on_event))
-        attempts = self._attempts = AttemptRunner(
-            scheduler, self.registry, slots, options, rng or random.Random()
-        )
+        rng = rng or random.Random()
+        attempts = self._attempts = AttemptRunner(scheduler, self.registry, slots, options, rng)
+        self._trouble = StoreTrouble(options.give_up_after, rng, options.max_store_failures)
         self._watch = ChangeWatch(slots, options.concurrency, self._wakeup)
         self._leases = Leases(scheduler, slots, options, attempts.retry_delay)
         self._commit = GroupCommit(
@@ -99,6 +115,7 @@ class Worker:
             launch=self._launch,
             stopping=self._stopping,
             wakeup=self._wakeup,
+            trouble=self._trouble,
         )
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
@@ -120,10 +137,12 @@ class Worker:
         if self._stopping.is_set():
             return 0
         self._schedules.run_once(now)
-        free = self._options.concurrency - self.active_count
+        with self._slots.lock:
+            running = list(self._slots.active.values())
+        free, queues = free_slots(running, self._options.concurrency, self._options.queues)
         if free <= 0:
             return 0
-        claims = self._claim(free, now)
+        claims = self._claim(free, now, queues)
         self._launch(claims)
         return len(claims)
 
@@ -155,19 +174,26 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None, *, burst: bool = False) -> None:
+    def run(
+        self, stop: threading.Event | None = None, *, burst: bool = False, burst_wait: float = 5.0
+    ) -> None:
         """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks.
 
-        With ``burst``, return as soon as nothing is due and nothing is running,
-        here or in another worker (whose lease, if it died, this one reclaims).
+        With ``burst``, return once nothing runs here and no task could be claimed
+        now or within ``burst_wait`` seconds: a retry due that soon, or the lease
+        of another worker expiring that soon (its task is then reclaimed and run
+        here), is waited for; a task due later, or running under a lease that
+        lasts longer, is left. Store errors are backed off from, then given up
+        on (see the class): the error that ends the loop is raised.
         """
+        wait_at_most = timedelta(seconds=finite_seconds(burst_wait, "burst_wait"))
         stop_event = stop or self._stopping
         unsubscribe = self.scheduler.subscribe(self._on_event)
         self._watch.open(self.scheduler.store, self._options.poll_interval, self._on_change)
         if self._pool is None:
             self._pool = TaskThreads(self._options.concurrency)
         self._commit.looping = True
-        failures = 0
+        clock = self.scheduler.clock
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
                 self._wakeup.clear()
@@ -175,23 +201,24 @@ class Worker:
                     raise self._watch.error
                 try:
                     claimed = self.run_once()
-                    failures = 0
-                except SchemaError:
-                    raise
+                    if self._commit.error is not None:
+                        raise self._commit.error  # outcomes it could not record
+                    now = clock.now()
+                    next_claim = self._next_claim_time(now)
+                    done = (
+                        burst
+                        and claimed == 0
+                        and self.active_count == 0
+                        and self._burst_done(now, next_claim, wait_at_most)
+                    )
+                    if self._commit.settled():
+                        self._trouble.recovered(now)
                 except StoreError as e:
-                    failures += 1
-                    if failures > self._options.max_store_failures:
-                        raise
-                    self._back_off(failures, e)
+                    self._back_off(e, stop_event)
                     continue
-                if (
-                    burst
-                    and claimed == 0
-                    and self.active_count == 0
-                    and not self._running_anywhere()
-                ):
+                if done:
                     return
-                self.scheduler.clock.wait(self._wakeup, self._next_wake_time())
+                clock.wait(self._wakeup, self._next_wake_time(now, next_claim))
         finally:
             self._commit.looping = False
             unsubscribe()
@@ -279,7 +306,11 @@ class Worker:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _claim(self, limit: int, now: datetime) -> list[Claim]:
+    def _claim(
+        self, limit: int, now: datetime, queues: Mapping[str, int] | None = None
+    ) -> list[Claim]:
+        if queues is None and self._options.queues is not None:
+            queues = {q: min(n, limit) for q, n in self._options.queues.items()}
         return self.scheduler.store.claim(
             self._options.owner,
             limit,
@@ -287,6 +318,7 @@ class Worker:
             self._options.lease,
             self.registry.names,
             process_names=self._attempts.process_names(),
+            queues=queues,
         )
 
     def _register(self, claim: Claim) -> Running:
@@ -324,13 +356,16 @@ class Worker:
             return
         self._commit.hand_over(running, outcome)
 
-    def _back_off(self, failures: int, error: StoreError) -> None:
-        """A full disk or an I/O error may pass: wait, and let :meth:`run` try again
-        (a bounded number of times, then it gives up loudly)."""
-        delay = min(0.1 * 2 ** (failures - 1), 5.0)
-        log.error("store error (%s in a row), retrying in %.1fs: %s", failures, delay, error)
+    def _back_off(self, error: StoreError, stop: threading.Event) -> None:
+        """A full disk or an I/O error may pass: wait, and let :meth:`run` try again,
+        or raise to give up (see :class:`StoreTrouble`). Only a stop cuts the wait
+        short: commits elsewhere or tasks ending here do not make the retries faster."""
         clock = self.scheduler.clock
-        clock.wait(self._wakeup, clock.now() + timedelta(seconds=delay))
+        now = clock.now()
+        until = now + self._trouble.failed(error, now)
+        while not stop.is_set() and not self._stopping.is_set() and clock.now() < until:
+            clock.wait(self._wakeup, until)
+            self._wakeup.clear()
 
     def _on_change(self, error: Exception | None) -> bool:
         """From the change watcher's thread: another process committed (or it failed).
@@ -358,16 +393,22 @@ class Worker:
         for attempt in running:
             attempt.signals.request_shutdown()
 
-    def _running_anywhere(self) -> bool:
-        return bool(self.scheduler.store.list_tasks(state=TaskState.RUNNING, limit=1))
+    def _burst_done(self, now: datetime, next_claim: datetime | None, wait: timedelta) -> bool:
+        """Idle here, in burst mode: is nothing claimable now or within ``wait``?"""
+        if next_claim is not None and next_claim <= now + wait:
+            return False
+        # A lease that expired since the last reclaim (they are spaced out) does
+        # not show in next_wakeup: its task is reclaimed, and then runnable.
+        return self.reclaim(now) == 0
 
-    def _next_wake_time(self) -> datetime | None:
-        now = self.scheduler.clock.now()
-        times: list[datetime] = []
+    def _next_claim_time(self, now: datetime) -> datetime | None:
+        """When a claim or a reclaim could next succeed, if a slot is free to use it."""
         if self.active_count < self._options.concurrency:
-            nxt = self.scheduler.store.next_wakeup(now, self.registry.names)
-            if nxt is not None:
-                times.append(nxt)
+            return self.scheduler.store.next_wakeup(now, self.registry.names, self._options.queues)
+        return None
+
+    def _next_wake_time(self, now: datetime, next_claim: datetime | None) -> datetime | None:
+        times: list[datetime] = [] if next_claim is None else [next_claim]
         if self.active_count and self._leases.next_heartbeat is not None:
             times.append(self._leases.next_heartbeat)
         if self._watch.changed_elsewhere and self.active_count:
@@ -407,8 +448,18 @@ class Worker:
         return self._options.commit_delay
 
     @property
-    def max_store_failures(self) -> int:
+    def give_up_after(self) -> float:
+        return self._options.give_up_after
+
+    @property
+    def max_store_failures(self) -> int | None:
+        """Deprecated: see ``give_up_after``."""
         return self._options.max_store_failures
+
+    @property
+    def queues(self) -> Mapping[str, int] | None:
+        """The queues served with their slots, or None: every queue."""
+        return self._options.queues
 
     @property
     def environment(self) -> Environment:

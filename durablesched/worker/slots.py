@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from durablesched.context import AttemptSignals, TaskContext
@@ -95,3 +96,16 @@ class Slots:
                 if remaining <= 0 or not self.changed.wait(remaining):
                     return len(self.active) >= count
             return True
+
+
+def free_slots(
+    running: Iterable[Running], concurrency: int, queues: Mapping[str, int] | None
+) -> tuple[int, dict[str, int] | None]:
+    """What a claim may take with these attempts running: how many in all and, when the
+    worker serves chosen queues, how many of each (a full queue blocks no other)."""
+    held = list(running)
+    if queues is None:
+        return concurrency - len(held), None
+    used = Counter(r.claim.queue for r in held)
+    free = {q: n - used[q] for q, n in queues.items() if n > used[q]}
+    return sum(free.values()), free

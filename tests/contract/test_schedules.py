@@ -202,3 +202,13 @@ def test_daylight_saving_nights_fire_once_through_the_store(  # noqa: PLR0917 - 
         fired += store.fire_schedules(now)
     assert [f.fire_at.strftime("%m-%d %H:%M") for f in fired] == expected
     assert not any(f.catch_up for f in fired)
+
+
+def test_a_schedules_tasks_go_to_its_queue_with_its_priority(store: BackendStore) -> None:
+    store.add_schedule(schedule("t", name="q", every=60, queue="reports", priority=7), START)
+    store.add_schedule(schedule("t", name="plain", every=60), START)
+    made = {f.schedule: f.task_id or 0 for f in store.fire_schedules(START + MINUTE)}
+    queued, plain = store.get(made["q"]), store.get(made["plain"])
+    assert queued is not None and plain is not None
+    assert (queued.queue, queued.priority) == ("reports", 7)
+    assert (plain.queue, plain.priority) == ("default", 0)

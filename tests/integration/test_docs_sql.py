@@ -123,6 +123,6 @@ def test_every_query_in_the_docs_answers_sensibly(
     assert r[9] == story
     assert [row[1:] for row in r[9]] == [
         ("PENDING", 0, "submitted"),
-        ("RUNNING", 1, "claimed by w"),
+        ("RUNNING", 1, "claimed by w from queue default"),
         ("SUCCEEDED", 1, None),
     ]

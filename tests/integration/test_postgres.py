@@ -71,7 +71,13 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
         assert types["due_at"] == "timestamp with time zone"
         assert types["args"] == "jsonb"
         assert types["id"] == "bigint"
-        assert views == {"queue_summary", "tasks_due", "tasks_running", "tasks_failed"}
+        assert views == {
+            "queue_summary",
+            "queue_states",
+            "tasks_due",
+            "tasks_running",
+            "tasks_failed",
+        }
     finally:
         engine.dispose()
 
@@ -103,14 +109,14 @@ def test_claim_plan_walks_the_partial_index(pg_url: str) -> None:
     with store.engine.connect() as conn:
         conn.execute(text("ANALYZE tasks"))
         plan = conn.exec_driver_sql(
-            "EXPLAIN " + POSTGRES.claim_for(2),
+            "EXPLAIN " + POSTGRES.claim_for(2, 2),
             {"owner": "w", "lease_expires_at": at(100), "now": at(30), "limit": 8}
-            | {"n0": "t1", "n1": "t2"},
+            | {"n0": "t1", "n1": "t2", "q0": "default", "q1": "reports", "l0": 8, "l1": 8},
         ).scalars()
         joined = "\n".join(plan)
         conn.rollback()
     store.close()
-    assert "ix_tasks_claimable" in joined, joined
+    assert "ix_tasks_queue_claimable" in joined, joined
     assert "Seq Scan on tasks" not in joined, joined
 
 

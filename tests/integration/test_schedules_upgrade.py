@@ -1,4 +1,4 @@
-"""Migration 0005 (schedules) on a database at 0004 with tasks in it: the tasks stay as
+"""Migration 0006 (schedules) on a database at 0005 with tasks in it: the tasks stay as
 they were, the schedules work, and the schema then equals the metadata."""
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ def _open(url: str, **kwargs: object) -> SQLStore:
     return SQLiteStore(url, **kwargs)  # type: ignore[arg-type]
 
 
-def test_upgrade_from_0004_keeps_the_tasks_and_adds_schedules(
+def test_upgrade_from_0005_keeps_the_tasks_and_adds_schedules(
     database: tuple[str, Engine],
 ) -> None:
     url, engine = database
     try:
         with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0004")
-            # Tasks as the release at 0004 stored them: one waiting, one finished.
+            command.upgrade(alembic_config(conn), "0005")
+            # Tasks as the release at 0005 stored them: one waiting, one finished.
             conn.execute(text("UPDATE durablesched_counters SET value = 2 WHERE name = 'task_seq'"))
             for task_id, state in ((1, "PENDING"), (2, "SUCCEEDED")):
                 conn.execute(
@@ -60,7 +60,7 @@ def test_upgrade_from_0004_keeps_the_tasks_and_adds_schedules(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0005"
+            assert store.schema_revision == head_revision() == "0006"
             old = store.get(1)
             assert old is not None and (old.name, old.state, old.idempotency_key) == (
                 "old",
@@ -92,7 +92,7 @@ def test_the_schedules_migration_goes_down_and_up_again_on_postgres(pg_url: str)
     try:
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), "head")
-            command.downgrade(alembic_config(conn), "0004")
+            command.downgrade(alembic_config(conn), "0005")
             assert "schedules" not in {
                 r[0]
                 for r in conn.execute(

@@ -47,7 +47,7 @@ def test_a_task_stored_without_a_submission_line_still_reads_with_one(
         conn.execute(text("DELETE FROM task_events WHERE detail = 'submitted'"))
     assert [(e.state, e.detail) for e in sql_store.history(made.task_id)] == [
         (TaskState.PENDING, "submitted"),
-        (TaskState.RUNNING, f"claimed by {claim.owner}"),
+        (TaskState.RUNNING, f"claimed by {claim.owner} from queue default"),
     ]
     assert sql_store.history(made.task_id)[0] == TaskEvent(
         made.task_id, at(5), TaskState.PENDING, 0, "submitted"

@@ -22,3 +22,8 @@ def add(a: int, b: int) -> int:
 @registry.task("numbered", pass_context=True)
 def numbered(ctx: TaskContext, n: int) -> str:
     return f"{ctx.task_id}:{n}"
+
+
+@registry.task("report", queue="reports", priority=5)
+def report() -> str:
+    return "report"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from durablesched.cli.options import NO_VARIABLE
 from durablesched.cli.parser import build_parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -26,6 +27,7 @@ POSITIONALS = {
     "show": ["1"],
     "cancel": ["1"],
     "retry": ["1"],
+    "queue": ["set", "q"],
     "schedule": ["ls"],
 }
 
@@ -58,6 +60,10 @@ def options_of(command: str, parser: argparse.ArgumentParser, skip: set[str]) ->
         if not action.option_strings or action.dest in skip:
             continue
         (flag,) = [s for s in action.option_strings if s.startswith("--")]
+        if NO_VARIABLE in (action.help or ""):
+            # A stored setting: never from the environment (cli/options.py says why).
+            yield Option(command, flag, action.dest, "", "-", False, action.required)
+            continue
         found = ENV.search(action.help or "")
         assert found, f"{command or 'every command'}: {flag} names no DURABLESCHED_ variable"
         default = DEFAULT.search(action.help or "")
@@ -93,7 +99,17 @@ def render_table() -> str:
         rows.setdefault(o.flag, []).append(o)
     lines = ["| option | variable | default | commands |", "| --- | --- | --- | --- |"]
     for flag, found in rows.items():
-        (variable,) = {o.variable for o in found}
+        by_variable: dict[str, list[str]] = {}
+        for o in found:
+            by_variable.setdefault(o.variable, []).append(o.command)
+        if len(by_variable) == 1:
+            (only,) = by_variable
+            variable = f"`{only}`" if only else "none (a stored setting)"
+        else:
+            variable = ", ".join(
+                f"`{v}` ({', '.join(c)})" if v else f"none ({', '.join(c)})"
+                for v, c in by_variable.items()
+            )
         names = ", ".join(o.command for o in found) or "every command"
         by_default: dict[str, list[str]] = {}
         for o in found:
@@ -102,7 +118,7 @@ def render_table() -> str:
             default = found[0].default
         else:
             default = ", ".join(f"{d} ({', '.join(c)})" for d, c in by_default.items())
-        lines.append(f"| `{flag}` | `{variable}` | {default} | {names} |")
+        lines.append(f"| `{flag}` | {variable} | {default} | {names} |")
     return "\n".join(lines) + "\n"
 
 
@@ -125,7 +141,11 @@ def argv_for(option: Option) -> list[str]:
     return argv
 
 
-@pytest.mark.parametrize("option", all_options(), ids=lambda o: f"{o.command or 'all'}{o.flag}")
+@pytest.mark.parametrize(
+    "option",
+    [o for o in all_options() if o.variable],
+    ids=lambda o: f"{o.command or 'all'}{o.flag}",
+)
 def test_every_variable_sets_its_option(option: Option, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(option.variable, "1" if option.switch else "from-the-environment")
     args = build_parser().parse_args(argv_for(option))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from durablesched import Scheduler, SQLiteStore, TaskState
+from durablesched import CorruptDatabase, Scheduler, SQLiteStore, StoreError, TaskState, Worker
 from durablesched.cli.database import display_db
 from durablesched.cli.listing import live_first
 from durablesched.cli.main import main
 from durablesched.clock import SystemClock
+from durablesched.store.sql.migrate import head_revision
 from durablesched.submission import MAX_ARGS_BYTES, MAX_ARGS_DEPTH
 from durablesched.testing import run_due
 
@@ -139,7 +140,8 @@ def test_migrate_on_a_truncated_file_is_one_line(run: Run, db: Path) -> None:
     assert result.code == 1
     assert db.read_bytes() == truncated
     assert result.err.splitlines() == [
-        f"durablesched: StoreError: opening sqlite:///{db} failed: database disk image is malformed"
+        f"durablesched: CorruptDatabase: opening sqlite:///{db} failed: database disk image is "
+        "malformed; the database file is damaged: run `durablesched check`; restore from a backup"
     ]
 
 
@@ -181,7 +183,7 @@ def test_args_must_be_an_object(run: Run, db: Path, args: str, kind: str) -> Non
 def test_migrate_honours_json(run: Run) -> None:
     result = run("migrate", "--json")
     assert result.code == 0
-    assert json.loads(result.out) == {"revision": "0005"}
+    assert json.loads(result.out) == {"revision": head_revision()}
 
 
 @pytest.mark.parametrize(
@@ -317,7 +319,7 @@ def test_ls_shows_live_work_first_and_says_how_many_were_left_out(run: Run, db: 
     table = run("ls", "--limit", "3").out
     assert [int(line.split()[0]) for line in table.splitlines()[2:5]] == expected[:3]
     assert table.rstrip().endswith(
-        "4 more task(s) not shown: raise --limit, or narrow with --state or --name"
+        "4 more task(s) not shown: raise --limit, or narrow with --state, --name or --queue"
     )
     assert "not shown" not in run("ls").out
     assert [t["id"] for t in json.loads(run("ls", "--state", "SUCCEEDED", "--json").out)] == [
@@ -400,3 +402,72 @@ def test_a_database_error_over_several_lines_is_reported_on_one(run: Run, pg_url
     assert result.code == 1
     assert len(result.err.splitlines()) == 1 and "StoreError" in result.err
     assert "pw" not in result.err
+
+
+# -- issue 17 items 1 and 2: what a burst leaves, and a worker stopped by its database ------------
+
+
+def test_a_burst_says_in_one_line_what_it_leaves(db: Path, run: Run) -> None:
+    assert run("submit", "ok").code == 0
+    assert run("submit", "ok", "--delay", "1h").code == 0
+    assert run("submit", "nobody.runs.this").code == 0
+    assert run("submit", "add", "--args", '{"a": 1, "b": 2}').code == 0
+    store = SQLiteStore(db)
+    try:
+        assert len(store.claim("other", 1, SystemClock().now(), timedelta(hours=1), ["add"])) == 1
+    finally:
+        store.close()
+    result = run("worker", "--app", APP, "--burst", "--log-level", "warning")
+    assert result.code == 0, result.err
+    (line,) = result.out.splitlines()
+    assert line.startswith("burst done: 1 due later (the first at ")
+    assert "; 1 running under another worker's lease (the first expires at " in line
+    assert line.endswith("; 1 due now that this worker does not run")
+    left = json.loads(run("worker", "--app", APP, "--burst", "--json").out)
+    assert (left["due_later"], left["running_elsewhere"], left["due_now_not_run"]) == (1, 1, 1)
+    assert left["next_lease_expiry"] is not None and left["next_due_at"] is not None
+
+
+def test_a_burst_that_leaves_nothing_says_so(db: Path, run: Run) -> None:
+    assert run("submit", "ok").code == 0
+    result = run("worker", "--app", APP, "--burst", "--burst-wait", "0")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["burst done: nothing remains"]
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (
+            StoreError("gave up after 60.0s of store errors ('x' 9 times); the last: x"),
+            "durablesched: worker stopped: StoreError: gave up after 60.0s of store errors "
+            "('x' 9 times); the last: x",
+        ),
+        (
+            CorruptDatabase("claiming tasks failed: database disk image is malformed"),
+            "durablesched: worker stopped: CorruptDatabase: claiming tasks failed: database "
+            "disk image is malformed; the database file is damaged: run `durablesched check`; "
+            "restore from a backup",
+        ),
+    ],
+)
+def test_a_worker_stopped_by_its_database_exits_1_in_one_line(
+    db: Path, run: Run, monkeypatch: pytest.MonkeyPatch, error: StoreError, line: str
+) -> None:
+    def fail(_self: Worker, *_args: object, **_kw: object) -> None:
+        raise error
+
+    monkeypatch.setattr(Worker, "run", fail)
+    result = run("worker", "--app", APP, "--burst", "--log-level", "warning")
+    assert result.code == 1
+    assert result.err.splitlines() == [line]
+    assert result.out == ""  # no "burst done" line: it did not finish
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--burst-wait", "-1"), ("--give-up-after", "soon"), ("--burst-wait", "inf")],
+)
+def test_burst_wait_and_give_up_after_are_checked(run: Run, option: str, value: str) -> None:
+    result = run("worker", "--app", APP, "--burst", option, value)
+    assert result.code == 2 and option in result.err

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "records",
             "clock",
             "retry",
+            "queues",
             "registry",
             "submission",
             "schedules",
@@ -57,7 +58,17 @@ DATABASE_MODULES = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify
 #: Third-party packages a module must not import at run time, and why.
 NO_THIRD_PARTY: list[tuple[tuple[str, ...], str, str]] = [
     (
-        ("errors", "states", "records", "clock", "retry", "registry", "submission", "schedules"),
+        (
+            "errors",
+            "states",
+            "records",
+            "clock",
+            "retry",
+            "queues",
+            "registry",
+            "submission",
+            "schedules",
+        ),
         "sqlalchemy",
         "the core runs without a database library",
     ),

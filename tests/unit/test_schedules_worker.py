@@ -100,7 +100,8 @@ def test_the_worker_syncs_at_its_first_pass_and_fires_at_the_fire_time() -> None
     assert worker.run_due() == 0
     (info,) = scheduler.schedules()
     assert info.next_fire_at == datetime(2030, 1, 1, 6, tzinfo=UTC)  # 07:00 CET
-    assert worker._next_wake_time() == info.next_fire_at  # an idle worker sleeps until then
+    # An idle worker (no task due) sleeps until then.
+    assert worker._next_wake_time(clock.now(), None) == info.next_fire_at
     clock.set(datetime(2030, 1, 1, 5, 59, 59, tzinfo=UTC))
     assert worker.run_due() == 0
     clock.set(datetime(2030, 1, 1, 6, tzinfo=UTC))
@@ -172,3 +173,14 @@ def test_run_schedules_until_walks_a_week_of_minutes_across_the_berlin_fall_back
     assert not any(s[2] for s in seen)
     tasks = scheduler.list_tasks(state=TaskState.SUCCEEDED, limit=20_000)
     assert len(tasks) == ran
+
+
+def test_a_schedule_takes_its_tasks_queue_and_priority_unless_it_says() -> None:
+    registry = TaskRegistry()
+    registry.task("mail", queue="mail", priority=5)(lambda: None)
+    assert (registry.schedule("mail", every=60).queue, registry.schedules[0].priority) == (
+        "mail",
+        5,
+    )
+    own = registry.schedule("mail", name="urgent", every=60, queue="urgent", priority=50)
+    assert (own.queue, own.priority) == ("urgent", 50)

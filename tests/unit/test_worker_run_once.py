@@ -10,6 +10,7 @@ import pytest
 
 from durablesched import (
     Claim,
+    ConfigurationError,
     ManualClock,
     MemoryStore,
     RetryPolicy,
@@ -120,3 +121,50 @@ class RefusingHeartbeats(MemoryStore):
             raise StoreError("renewing leases failed: database is locked")
         self.renewed.append(now)
         return super().heartbeat(owner, claims, now, lease)
+
+
+def test_a_worker_with_queues_fills_each_queue_s_slots_and_no_more(clock: ManualClock) -> None:
+    """A full queue never blocks another's claims; each queue gets its own slots."""
+    release = threading.Event()
+    registry = TaskRegistry()
+    registry.task("hold")(lambda: release.wait(WAIT))
+    scheduler = Scheduler(MemoryStore(), registry=registry, clock=clock)
+    busy = [scheduler.submit("hold", queue="busy") for _ in range(3)]
+    quiet = scheduler.submit("hold", queue="quiet")
+    elsewhere = scheduler.submit("hold", queue="unserved")
+    worker = Worker(scheduler, owner="w", queues={"busy": 1, "quiet": 2})
+    assert worker.concurrency == 3
+    try:
+        assert worker.run_once(clock.now()) == 2
+        assert worker.wait_running(2, WAIT)
+        assert worker.run_once(clock.now()) == 0  # busy is full, quiet has nothing more
+        states = {i: scheduler.get(i).state for i in (*busy, quiet, elsewhere)}
+        assert states == {
+            busy[0]: TaskState.RUNNING,
+            busy[1]: TaskState.PENDING,
+            busy[2]: TaskState.PENDING,
+            quiet: TaskState.RUNNING,
+            elsewhere: TaskState.PENDING,
+        }
+        late = scheduler.submit("hold", queue="quiet")
+        assert worker.run_once(clock.now()) == 1  # quiet's second slot
+        assert scheduler.get(late).state is TaskState.RUNNING
+    finally:
+        release.set()
+        assert worker.stop(WAIT)
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ({}, "queues must map queue names to slots"),
+        ({"a b": 1}, "letters, digits"),
+        ({"a": 0}, "needs from 1 to 10000 slots"),
+        ({"a": True}, "needs from 1 to 10000 slots"),
+    ],
+)
+def test_bad_worker_queues_are_configuration_errors(
+    scheduler: Scheduler, queues: dict[str, int], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Worker(scheduler, queues=queues)

@@ -8,15 +8,23 @@ the write lock is held for the statements alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
 
+from durablesched.queues import QueueLimits, Rate
 from durablesched.records import Claim, effective_key
 from durablesched.store.sql.codec import from_db_time
-from durablesched.store.sql.statements import SQL_IN_PROCESS
+from durablesched.store.sql.statements import (
+    SQL_FORGET_STARTS,
+    SQL_IN_PROCESS,
+    SQL_QUEUE_STARTS,
+    SQL_QUEUES,
+    SQL_REMEMBER_START,
+    SQL_RUNNING_IN_QUEUE,
+)
 from durablesched.store.sql.transactions import Transactions
 
 
@@ -30,45 +38,104 @@ def claim_rows(
     lease: timedelta,
     names: Collection[str] | None,
     process_names: Collection[str] = (),
+    queues: Mapping[str, int] | None = None,
 ) -> list[Any]:
     """Claim in ``conn``'s transaction; the rows for :func:`claims_from_rows`, to be made into
-    claims after it commits."""
+    claims after it commits.
+
+    Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
+    ``queues``), ``limit`` in all, each queue within the limits stored for it.
+    """
+    if names is not None and not names:
+        return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
+    stored = {r.name: queue_limits(r) for r in conn.execute(SQL_QUEUES)}
+    wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
+    allowed = _allowances(tx, conn, stored, wanted, now)
+    arms = [(q, min(n, limit)) for q, n in sorted(allowed.items()) if n > 0]
+    if not arms:
+        return []
     params: dict[str, Any] = {
         "owner": owner,
         "lease_expires_at": tx._t(now + lease),
         "now": stamp,
         "limit": limit,
     }
-    sql = tx.dialect.claim
-    if names is not None:
-        ordered = sorted(names)
-        sql = tx.dialect.claim_for(len(ordered))
-        params.update((f"n{i}", name) for i, name in enumerate(ordered))
-    # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key
-    rows = tx._rows(conn, sql, params)
+    for k, (queue, n) in enumerate(arms):
+        params[f"q{k}"] = queue
+        params[f"l{k}"] = n
+    ordered = sorted(names) if names is not None else []
+    params.update((f"n{i}", name) for i, name in enumerate(ordered))
+    # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue,
+    # priority
+    rows = tx._rows(conn, tx.dialect.claim_for(len(arms), len(ordered)), params)
     if not rows:
         return []
     in_process = [r[0] for r in rows if r[2] in process_names]
     if in_process:
         conn.execute(SQL_IN_PROCESS, {"ids": in_process})
+    rated = {q for q, limits in stored.items() if limits.rate is not None and not limits.paused}
+    for r in rows:
+        if r[9] in rated:
+            conn.execute(SQL_REMEMBER_START, {"queue": r[9], "at": stamp})
     if not tx.dialect.writes_history:
-        detail = f"claimed by {owner}"
+        detail = f"claimed by {owner} from queue "
         tx._many(
             conn,
             tx.dialect.insert_events,
-            [(r[0], stamp, "RUNNING", r[4], detail) for r in rows],
+            [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
 
 
+def queue_limits(row: Any) -> QueueLimits:
+    """A ``durablesched_queues`` row as the limits it stores."""
+    rate = None
+    if row.rate_count is not None:
+        rate = Rate(row.rate_count, timedelta(seconds=row.rate_seconds))
+    return QueueLimits(row.name, row.concurrency, rate, bool(row.paused))
+
+
+def _allowances(
+    tx: Transactions,
+    conn: Connection,
+    stored: dict[str, QueueLimits],
+    wanted: dict[str, int],
+    now: datetime,
+) -> dict[str, int]:
+    """How many of each queue this claim may start: what is wanted, within each limited
+    queue's limits, counted after taking the queues' rows where many hosts claim at once."""
+    limited = sorted(q for q in wanted if q in stored and stored[q].limited and wanted[q] > 0)
+    if not limited:
+        return wanted
+    if tx.dialect.lock_queues is not None:
+        conn.execute(tx.dialect.lock_queues, {"names": limited})
+    allowed = dict(wanted)
+    for queue in limited:
+        limits = stored[queue]
+        running = 0
+        if limits.concurrency is not None:
+            running = conn.execute(SQL_RUNNING_IN_QUEUE, {"queue": queue}).scalar_one()
+        started: list[datetime] = []
+        if limits.rate is not None:
+            since = tx._t(now - limits.rate.per)
+            conn.execute(SQL_FORGET_STARTS, {"queue": queue, "since": since})
+            started = [
+                from_db_time(t)
+                for (t,) in conn.execute(SQL_QUEUE_STARTS, {"queue": queue, "since": since})
+            ]
+        allowed[queue] = limits.allowance(wanted[queue], running, started, now)
+    return allowed
+
+
 def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelta) -> list[Claim]:
-    """Claims from the rows :func:`claim_rows` returned, in (due_at, seq) order."""
-    rows.sort(key=lambda r: (r[7], r[1]))  # times compare as stored
+    """Claims from the rows :func:`claim_rows` returned, best first: (priority desc,
+    due_at, seq), the order they were chosen in and should start in."""
+    rows.sort(key=lambda r: (-r[10], r[7], r[1]))  # times compare as stored
     expires = now + lease
     due: dict[Any, datetime] = {}  # tasks submitted together share a due time
     result = []
-    for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key in rows:
+    for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key, queue, _ in rows:
         when = due.get(due_at)
         if when is None:
             when = due[due_at] = from_db_time(due_at)
@@ -85,6 +152,7 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
                 due_at=when,
                 seq=seq,
                 idempotency_key=effective_key(task_id, key),
+                queue=queue,
             )
         )
     return result

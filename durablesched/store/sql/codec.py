@@ -83,4 +83,6 @@ def record(row: Row[Any]) -> TaskRecord:
         updated_at=from_db_time(row.updated_at),
         finished_at=opt_time(row.finished_at),
         environment=row.environment,
+        queue=row.queue,
+        priority=row.priority,
     )

@@ -34,12 +34,14 @@ class SQLDialect:
     """
 
     name: str
-    claim: str
-    #: The claim limited to some names; ``{names}`` takes one placeholder per name.
-    claim_named: str
+    #: The claim from ``arms`` queues (``:q0``, ``:l0`` ... each queue and how many
+    #: of it at most), ``:limit`` in all, limited to ``names`` names (``:n0`` ...) if
+    #: not 0, as the database's own SQL with ``:name`` placeholders.
+    claim: Callable[[int, int], str]
     heartbeat: str
     complete_many: str
-    next_due_named: TextClause
+    #: The earliest due time after ``:now``, filtered by names and by queues (flags).
+    next_due: Callable[[bool, bool], TextClause]
     insert_task: str
     #: The submission lines of tasks ``:first`` to ``:last`` (statements.SUBMITTED_EVENTS).
     submitted_events: str
@@ -53,19 +55,26 @@ class SQLDialect:
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.
     lock_submissions: TextClause | None = None
+    #: Run in a claim before counting what limited queues (``:names``) run: many
+    #: hosts claim at once on PostgreSQL; SQLite has one writer anyway.
+    lock_queues: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
 
-    def claim_for(self, count: int) -> str:
-        """The claim for ``count`` names, bound as ``n0`` ... (cached: names rarely change)."""
-        cached = _CLAIMS.get((self.name, count))
+    def claim_for(self, arms: int, names: int) -> str:
+        """The claim as the driver takes it (cached: queues and names rarely change)."""
+        key = (self.name, arms, names)
+        cached = _CLAIMS.get(key)
         if cached is None:
-            names = ", ".join(f":n{i}" for i in range(count))
-            cached = self.driver(self.claim_named.replace("{names}", names))
-            _CLAIMS[(self.name, count)] = cached
+            cached = _CLAIMS[key] = self.driver(self.claim(arms, names))
         return cached
 
 
-_CLAIMS: dict[tuple[str, int], str] = {}
+_CLAIMS: dict[tuple[str, int, int], str] = {}
+
+
+def names_in(names: int) -> str:
+    """``AND name IN (:n0, :n1, ...)`` for ``names`` names, or nothing for 0."""
+    return f"AND name IN ({', '.join(f':n{i}' for i in range(names))})" if names else ""

@@ -20,6 +20,7 @@ from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
     SQL_CONFIRM_MOVE,
     SQL_COPIED,
+    SQL_ENSURE_QUEUE,
     SQL_EVENT_ID,
     SQL_FIND_KEY,
     SQL_HAND_OVER,
@@ -149,8 +150,11 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
             "key": task.idempotency_key,
             "created_at": tx._t(task.created_at),
             "now": stamp,
+            "queue": task.queue,
+            "priority": task.priority,
         },
     )
+    conn.execute(SQL_ENSURE_QUEUE, {"name": task.queue})
     # Its first line is its submission, when and where it happened; then its arrival.
     tx._event(
         conn,

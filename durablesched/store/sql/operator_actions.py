@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
+from durablesched.queues import QueueInfo
 from durablesched.records import QueueStats
-from durablesched.states import TaskState, check_transition
+from durablesched.states import TaskState
+from durablesched.store.sql.claiming import queue_limits
 from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
@@ -19,12 +21,17 @@ from durablesched.store.sql.statements import (
     SQL_OLDEST_OVERDUE,
     SQL_OVERDUE_BY_NAME,
     SQL_PURGE_BATCH,
+    SQL_QUEUE_COUNTS,
+    SQL_QUEUES,
     SQL_RECENT_FAILURES,
     SQL_REQUEUE,
     SQL_RUNNING,
     SQL_STATE,
 )
 from durablesched.store.sql.transactions import Transactions
+
+#: The states a requeue takes a task from (docs/cli.md, ``durablesched retry``).
+REQUEUEABLE = frozenset({TaskState.FAILED.value, TaskState.CANCELLED.value})
 
 
 def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
@@ -40,7 +47,12 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
         state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
         if state is None:
             raise TaskNotFoundError(f"no task with id {task_id}")
-        check_transition(TaskState(state), TaskState.PENDING, operator=True)
+        if state not in REQUEUEABLE:
+            # Not check_transition: RUNNING -> PENDING is an operator transition too
+            # (a give-back), but never a requeue's.
+            raise InvalidTransitionError(
+                f"task {task_id} is {state}: only a FAILED or CANCELLED task can be requeued"
+            )
         holder = conn.execute(SQL_KEY_HELD_BY_OTHER, {"id": task_id}).scalar()
         if holder is not None:
             raise InvalidTransitionError(
@@ -113,3 +125,32 @@ def purge(tx: Transactions, before: datetime, *, batch: int = 10_000) -> int:
         total += deleted
         if deleted < batch:
             return total
+
+
+def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
+    """Every queue: its limits, tasks per state, how many run, how long the oldest waits."""
+    with tx._read("reading the queues") as conn:
+        infos: dict[str, QueueInfo] = {}
+        for row in conn.execute(SQL_QUEUES):
+            limits = queue_limits(row)
+            infos[limits.name] = QueueInfo(
+                name=limits.name,
+                paused=limits.paused,
+                concurrency=limits.concurrency,
+                rate=None if limits.rate is None else str(limits.rate),
+                counts={state.value: 0 for state in TaskState},
+                running=0,
+                oldest_waiting_seconds=None,
+            )
+        for r in conn.execute(SQL_QUEUE_COUNTS, {"now": tx._t(now)}):
+            info = infos.get(r.queue)
+            if info is None:
+                continue  # a queue whose row was made by hand and removed: not ours to show
+            info["counts"][r.state] = r.tasks
+            if r.state == TaskState.RUNNING.value:
+                info["running"] = r.tasks
+            if r.oldest_due is not None:
+                waited = (now - from_db_time(r.oldest_due)).total_seconds()
+                oldest = info["oldest_waiting_seconds"]
+                info["oldest_waiting_seconds"] = waited if oldest is None else max(oldest, waited)
+    return [infos[name] for name in sorted(infos)]

@@ -11,13 +11,14 @@ both databases share are in :mod:`.statements`. Needs psycopg 3
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
+from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine, event, text
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
@@ -26,7 +27,7 @@ from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.codec import as_utc, from_db_time
-from durablesched.store.sql.dialect import SQLDialect, pyformat
+from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.schema import CLAIMABLE_SQL, metadata
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
@@ -34,7 +35,8 @@ from durablesched.store.sql.statements import (
     INSERT_TASK,
     NAMES,
     NAMES_FILTER,
-    NAMES_IN,
+    QUEUES,
+    QUEUES_FILTER,
     RECORD_KEYS,
     SUBMITTED_EVENTS,
 )
@@ -55,24 +57,55 @@ log = logging.getLogger("durablesched.postgres")
 # -- the statements that are PostgreSQL's own ---------------------------------------------------
 
 
-def _claim(names: bool) -> str:
-    """The claim, with its history lines; ``{names}`` is filled with one placeholder per name."""
-    # The MATERIALIZED CTE fences the LIMIT: without it the planner may join the
+def _claim(arms: int, names: int) -> str:
+    """The claim from ``arms`` queues, with its history lines."""
+
+    # Each MATERIALIZED CTE fences its LIMIT: without it the planner may join the
     # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
-    # lets concurrent claimers take the next rows instead of queueing. The
+    # lets concurrent claimers take the next rows instead of queueing (FOR UPDATE
+    # is not allowed over a UNION: each queue's arm locks its own rows). The
     # history lines go in with the claim, in the same round trip.
+    def arm(k: int) -> str:
+        return (
+            "SELECT id, priority, due_at, seq FROM tasks "
+            f"WHERE queue = :q{k} AND {CLAIMABLE_SQL} AND due_at <= :now {names_in(names)} "
+            f"ORDER BY priority DESC, due_at, seq LIMIT :l{k} FOR UPDATE SKIP LOCKED"
+        )
+
+    if arms == 1:
+        ctes = f"picked AS MATERIALIZED ({arm(0)})"
+    else:
+        union = " UNION ALL ".join(f"SELECT * FROM a{k}" for k in range(arms))
+        ctes = ", ".join(f"a{k} AS MATERIALIZED ({arm(k)})" for k in range(arms)) + (
+            f", picked AS MATERIALIZED (SELECT id FROM ({union}) u "
+            "ORDER BY priority DESC, due_at, seq LIMIT :limit)"
+        )
     return (
-        "WITH picked AS MATERIALIZED (SELECT id FROM tasks "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit FOR UPDATE SKIP LOCKED), "
+        f"WITH {ctes}, "
         "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
         "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
         "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
         f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
         "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
-        "SELECT id, :now, 'RUNNING', attempts, 'claimed by ' || :owner FROM claimed) "
+        "SELECT id, :now, 'RUNNING', attempts, "
+        "'claimed by ' || :owner || ' from queue ' || queue FROM claimed) "
         f"SELECT {CLAIM_RETURNING} FROM claimed"
     )
+
+
+def _next_due(names: bool, queues: bool) -> TextClause:
+    """The earliest due time after ``:now``."""
+    sql = text(
+        f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now "
+        f"{NAMES_FILTER if names else ''} {QUEUES_FILTER if queues else ''} "
+        "ORDER BY due_at, seq LIMIT 1"
+    )
+    return sql.bindparams(*([NAMES] if names else []), *([QUEUES] if queues else []))
+
+
+#: Claims of limited queues take their rows first, in name order (no deadlock):
+#: counting what runs and starting more is then one step among all hosts.
+LOCK_QUEUES = "SELECT name FROM durablesched_queues WHERE name IN :names ORDER BY name FOR UPDATE"
 
 
 #: Every claim still held, extended in one statement (``:fences``: JSON {task id:
@@ -105,15 +138,11 @@ COMPLETE_MANY = (
     "AND tasks.lease_expires_at > :now "
     "RETURNING tasks.id, tasks.attempts, tasks.idempotency_key, tasks.result), "
     "keys AS (INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done), "
+    f"SELECT coalesce(idempotency_key, '{TASK_KEY_PREFIX}' || id), id, :now, result FROM done "
+    "ORDER BY id ON CONFLICT (key) DO NOTHING), "
     "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
     "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
     "SELECT id, attempts, idempotency_key, result FROM done"
-)
-#: The earliest due time after ``:now`` among tasks called ``:names``.
-NEXT_DUE_NAMED = (
-    f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
 )
 #: Submitters take the counter row first: the idempotency-key check that
 #: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
@@ -174,11 +203,10 @@ def integrity(conn: Connection) -> list[Finding]:
 #: timestamptz, history written by the claim and group commit themselves.
 POSTGRES = SQLDialect(
     name="postgresql",
-    claim=pyformat(_claim(names=False)),
-    claim_named=_claim(names=True),
+    claim=_claim,
     heartbeat=pyformat(HEARTBEAT),
     complete_many=pyformat(COMPLETE_MANY),
-    next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
+    next_due=functools.cache(_next_due),
     insert_task=INSERT_TASK.format(p="%s"),
     submitted_events=pyformat(SUBMITTED_EVENTS),
     insert_events=INSERT_EVENTS.format(p="%s"),
@@ -187,6 +215,7 @@ POSTGRES = SQLDialect(
     integrity=integrity,
     driver=pyformat,
     lock_submissions=text(LOCK_SUBMISSIONS),
+    lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     notify=text(NOTIFY),
     writes_history=True,
 )

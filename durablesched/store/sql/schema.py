@@ -65,13 +65,27 @@ tasks = Table(
     Column("finished_at", Time),
     #: Where the current or last attempt runs: NULL (a thread) or 'process'.
     Column("environment", Text),
+    Column("queue", Text, nullable=False, server_default=text("'default'")),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
+    CheckConstraint("priority BETWEEN -100 AND 100", name="ck_tasks_priority"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
     CheckConstraint("attempts >= 0", name="ck_tasks_attempts"),
 )
 
-#: The claim walks this index in (due_at, seq) order over claimable rows only,
-#: so finished rows never slow it down.
+#: The claim walks this index, one queue at a time, in (priority desc, due_at,
+#: seq) order over claimable rows only, so finished rows never slow it down.
+Index(
+    "ix_tasks_queue_claimable",
+    tasks.c.queue,
+    tasks.c.priority.desc(),
+    tasks.c.due_at,
+    tasks.c.seq,
+    sqlite_where=text(CLAIMABLE_SQL),
+    postgresql_where=text(CLAIMABLE_SQL),
+)
+#: When the next task falls due (an idle worker sleeps until then) and what is
+#: overdue: the claimable rows in (due_at, seq) order.
 Index(
     "ix_tasks_claimable",
     tasks.c.due_at,
@@ -139,6 +153,34 @@ copies = Table(
 )
 Index("ix_durablesched_copies_task_id", copies.c.task_id)
 
+#: Every queue a task was submitted to, with the limits every worker obeys
+#: (NULL: none). ``rate_count`` starts at most in any ``rate_seconds`` window.
+queues = Table(
+    "durablesched_queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("concurrency", Integer),
+    Column("rate_count", Integer),
+    Column("rate_seconds", Integer),
+    Column("paused", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", Time),
+    CheckConstraint("concurrency IS NULL OR concurrency >= 1", name="ck_queues_concurrency"),
+    CheckConstraint(
+        "(rate_count IS NULL AND rate_seconds IS NULL) OR (rate_count >= 1 AND rate_seconds >= 1)",
+        name="ck_queues_rate",
+    ),
+)
+
+#: When each attempt of a rate-limited queue started, as long as its window
+#: remembers it: the claim counts these (other queues write nothing here).
+queue_starts = Table(
+    "durablesched_queue_starts",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("at", Time, nullable=False),
+)
+Index("ix_durablesched_queue_starts", queue_starts.c.queue, queue_starts.c.at)
+
 # -- schedules (docs/schedules.md) -----------------------------------------------------------
 
 #: Periodic tasks by name: what makes their tasks, and when they fire next.
@@ -157,7 +199,7 @@ schedules = Table(
     Column("misfire_grace_seconds", Float, nullable=False),
     Column("overlap", Text, nullable=False),
     Column("max_attempts", Integer, nullable=False),
-    #: Kept for named queues and priorities; not passed on to tasks yet.
+    #: The queue and priority of its tasks (NULL: the defaults).
     Column("queue", Text),
     Column("priority", Integer),
     Column("status", Text, nullable=False),

@@ -10,6 +10,7 @@ upgraded into a write); reads run in deferred transactions on the same pool.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, TextClause, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from durablesched.errors import (
@@ -35,7 +36,7 @@ from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.codec import to_db_time
-from durablesched.store.sql.dialect import SQLDialect
+from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
 from durablesched.store.sql.schema import CLAIMABLE_SQL
 from durablesched.store.sql.statements import (
@@ -44,7 +45,8 @@ from durablesched.store.sql.statements import (
     INSERT_TASK,
     NAMES,
     NAMES_FILTER,
-    NAMES_IN,
+    QUEUES,
+    QUEUES_FILTER,
     RECORD_KEYS,
     SUBMITTED_EVENTS,
 )
@@ -59,19 +61,38 @@ log = logging.getLogger("durablesched.store")
 # -- the statements that are SQLite's own -------------------------------------------------------
 
 
-def _claim(names: bool) -> str:
-    """The claim as the driver runs it; ``{names}`` is filled with one placeholder per name."""
+def _claim(arms: int, names: int) -> str:
+    """The claim from ``arms`` queues, best (priority desc, due_at, seq) first."""
+
+    # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
+    # another index and sort; the claim must always walk this one, a queue at a time.
+    def arm(k: int) -> str:
+        return (
+            "SELECT id, priority, due_at, seq FROM tasks INDEXED BY ix_tasks_queue_claimable "
+            f"WHERE queue = :q{k} AND {CLAIMABLE_SQL} AND due_at <= :now {names_in(names)} "
+            f"ORDER BY priority DESC, due_at, seq LIMIT :l{k}"
+        )
+
+    if arms == 1:
+        picked = arm(0).replace("SELECT id, priority, due_at, seq", "SELECT id", 1)
+    else:
+        union = " UNION ALL ".join(f"SELECT * FROM ({arm(k)})" for k in range(arms))
+        picked = f"SELECT id FROM ({union}) ORDER BY priority DESC, due_at, seq LIMIT :limit"
     return (
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
         "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
-        "environment = NULL "
-        # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
-        # the (state, name) index and sort; the claim must always walk this one.
-        "WHERE id IN (SELECT id FROM tasks INDEXED BY ix_tasks_claimable "
-        f"WHERE {CLAIMABLE_SQL} AND due_at <= :now {NAMES_IN if names else ''} "
-        "ORDER BY due_at, seq LIMIT :limit) "
-        f"RETURNING {CLAIM_RETURNING}"
+        f"environment = NULL WHERE id IN ({picked}) RETURNING {CLAIM_RETURNING}"
     )
+
+
+def _next_due(names: bool, queues: bool) -> TextClause:
+    """The earliest due time after ``:now``, on the (due_at, seq) index."""
+    sql = text(
+        "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
+        f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER if names else ''} "
+        f"{QUEUES_FILTER if queues else ''} ORDER BY due_at, seq LIMIT 1"
+    )
+    return sql.bindparams(*([NAMES] if names else []), *([QUEUES] if queues else []))
 
 
 #: Every claim still held, extended in one statement. ``:fences`` is a JSON
@@ -97,12 +118,6 @@ COMPLETE_MANY = (
     f"AND fence = {_ITEM.format(field='f')} AND lease_expires_at > :now "
     "RETURNING id, attempts, idempotency_key, result"
 )
-#: The earliest due time after ``:now`` among tasks called ``:names``, on the claim's index.
-NEXT_DUE_NAMED = (
-    "SELECT due_at FROM tasks INDEXED BY ix_tasks_claimable "
-    f"WHERE {CLAIMABLE_SQL} AND due_at > :now {NAMES_FILTER} "
-    "ORDER BY due_at, seq LIMIT 1"
-)
 
 
 def integrity(conn: Connection) -> list[Finding]:
@@ -124,11 +139,10 @@ def integrity(conn: Connection) -> list[Finding]:
 #: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
 SQLITE = SQLDialect(
     name="sqlite",
-    claim=_claim(names=False),
-    claim_named=_claim(names=True),
+    claim=_claim,
     heartbeat=HEARTBEAT,
     complete_many=COMPLETE_MANY,
-    next_due_named=text(NEXT_DUE_NAMED).bindparams(NAMES),
+    next_due=functools.cache(_next_due),
     insert_task=INSERT_TASK.format(p="?"),
     submitted_events=SUBMITTED_EVENTS,
     insert_events=INSERT_EVENTS.format(p="?"),

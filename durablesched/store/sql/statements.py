@@ -26,15 +26,14 @@ VALID = (
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment"
+    "created_at, updated_at, finished_at, environment, queue, priority"
 )
 #: What a claim returns per task, in the order the store unpacks it.
-CLAIM_RETURNING = "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key"
+CLAIM_RETURNING = (
+    "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue, priority"
+)
 #: Names bound one parameter each (an expanding IN), compared exactly as stored.
 NAMES_FILTER = "AND name IN :names"
-#: The same in the statements given straight to the driver: ``{names}`` becomes
-#: ``:n0, :n1, ...``, one placeholder per name.
-NAMES_IN = "AND name IN ({names})"
 #: The expanding parameter of :data:`NAMES_FILTER`.
 NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
 
@@ -52,8 +51,45 @@ SQL_FIND_KEY = text(
 #: New tasks, straight to the driver's executemany; ``{p}`` is its placeholder.
 INSERT_TASK = (
     "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "idempotency_key, created_at, updated_at) "
-    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p})"
+    "idempotency_key, created_at, updated_at, queue, priority) "
+    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p}, {p}, {p})"
+)
+#: A queue's row, made the first time a task is submitted to it.
+SQL_ENSURE_QUEUE = text(
+    "INSERT INTO durablesched_queues (name) VALUES (:name) ON CONFLICT (name) DO NOTHING"
+)
+
+# -- queues --------------------------------------------------------------------------------------
+
+#: Every queue and its limits.
+SQL_QUEUES = text(
+    "SELECT name, concurrency, rate_count, rate_seconds, paused FROM durablesched_queues "
+    "ORDER BY name"
+)
+#: A queue's limits set (the row made if new).
+SQL_PUT_QUEUE = text(
+    "INSERT INTO durablesched_queues (name, concurrency, rate_count, rate_seconds, paused, "
+    "updated_at) VALUES (:name, :concurrency, :rate_count, :rate_seconds, :paused, :now) "
+    "ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, "
+    "rate_count = excluded.rate_count, rate_seconds = excluded.rate_seconds, "
+    "paused = excluded.paused, updated_at = excluded.updated_at"
+)
+#: How many tasks of queue ``:queue`` run now, anywhere.
+SQL_RUNNING_IN_QUEUE = text("SELECT count(*) FROM tasks WHERE state = 'RUNNING' AND queue = :queue")
+#: The starts a rate window still remembers, and the forgetting of older ones.
+SQL_QUEUE_STARTS = text(
+    "SELECT at FROM durablesched_queue_starts WHERE queue = :queue AND at > :since"
+)
+SQL_FORGET_STARTS = text(
+    "DELETE FROM durablesched_queue_starts WHERE queue = :queue AND at <= :since"
+)
+SQL_REMEMBER_START = text("INSERT INTO durablesched_queue_starts (queue, at) VALUES (:queue, :at)")
+#: Per queue and state: how many tasks, and the earliest due time of the claimable ones
+#: already due (how long the oldest has waited).
+SQL_QUEUE_COUNTS = text(
+    "SELECT queue, state, count(*) AS tasks, "
+    f"min(CASE WHEN {CLAIMABLE_SQL} AND due_at <= :now THEN due_at END) AS oldest_due "
+    "FROM tasks GROUP BY queue, state"
 )
 
 # -- history and keys ----------------------------------------------------------------------------
@@ -71,8 +107,11 @@ INSERT_EVENTS = (
     "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES ({p}, {p}, {p}, {p}, {p})"
 )
 #: Idempotency keys with their results, many at once through the driver.
+#: A key already recorded stays with the task that recorded it first (a submit key
+#: may spell the key generated for another task: ``durablesched-task-<id>``).
 RECORD_KEYS = (
-    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p})"
+    "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) VALUES ({p}, {p}, {p}, {p}) "
+    "ON CONFLICT (key) DO NOTHING"
 )
 #: One history line, in the transaction that made the change.
 SQL_INSERT_EVENT = text(
@@ -82,7 +121,7 @@ SQL_INSERT_EVENT = text(
 #: A succeeded task's key with its result.
 SQL_RECORD_KEY = text(
     "INSERT INTO idempotency_keys (key, task_id, recorded_at, result) "
-    "VALUES (:key, :task_id, :now, :result)"
+    "VALUES (:key, :task_id, :now, :result) ON CONFLICT (key) DO NOTHING"
 )
 
 # -- outcomes (each fenced by its claim) ---------------------------------------------------------
@@ -185,6 +224,9 @@ SQL_RECLAIM = text(
 SQL_NEXT_DUE = text(
     f"SELECT due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at > :now ORDER BY due_at, seq LIMIT 1"
 )
+#: The same among some queues (``:queues``, expanding) and, if given, names.
+QUEUES_FILTER = "AND queue IN :queues"
+QUEUES: BindParameter[list[str]] = bindparam("queues", expanding=True)
 #: The earliest lease expiry after ``:now``.
 SQL_NEXT_EXPIRY = text(
     "SELECT lease_expires_at FROM tasks WHERE state = 'RUNNING' AND lease_expires_at > :now "
@@ -203,14 +245,16 @@ SQL_HISTORY = text(
 )
 
 
-def sql_list_tasks(*, state: bool, name: bool) -> TextClause:
-    """Up to ``:limit`` tasks in (due_at, seq) order, filtered by ``:state`` and ``:name``
-    where asked."""
+def sql_list_tasks(*, state: bool, name: bool, queue: bool = False) -> TextClause:
+    """Up to ``:limit`` tasks in (due_at, seq) order, filtered by ``:state``, ``:name`` and
+    ``:queue`` where asked."""
     clauses = []
     if state:
         clauses.append("state = :state")
     if name:
         clauses.append("name = :name")
+    if queue:
+        clauses.append("queue = :queue")
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return text(f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY due_at, seq LIMIT :limit")
 
@@ -321,6 +365,7 @@ SQL_RECORD_COPY = text(
 #: An arriving task, stored in the state it left in, with its attempts so far.
 SQL_INSERT_COPY = text(
     "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "last_error, idempotency_key, created_at, updated_at) VALUES (:id, :id, :name, :args, "
-    ":state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, :created_at, :now)"
+    "last_error, idempotency_key, created_at, updated_at, queue, priority) VALUES (:id, :id, "
+    ":name, :args, :state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, "
+    ":created_at, :now, :queue, :priority)"
 )

@@ -15,13 +15,14 @@ short operations itself and hands the rest to those modules.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 
 from durablesched.errors import TaskNotFoundError
+from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
     SUBMITTED,
@@ -51,7 +52,7 @@ from durablesched.store.sql import (
     reclaiming,
     scheduling,
 )
-from durablesched.store.sql.claiming import claim_rows, claims_from_rows
+from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
 from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
@@ -70,6 +71,9 @@ from durablesched.store.sql.statements import (
     SQL_LEASES,
     SQL_NEXT_DUE,
     SQL_NEXT_EXPIRY,
+    SQL_PUT_QUEUE,
+    SQL_QUEUE_STARTS,
+    SQL_QUEUES,
     SQL_RELEASE,
     SQL_STATE_AND_ENVIRONMENT,
     sql_list_tasks,
@@ -158,14 +162,23 @@ class SQLStore(Transactions):
         return events
 
     def list_tasks(
-        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+        self,
+        *,
+        state: TaskState | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
         if state is not None:
             params["state"] = TaskState(state).value
         if name is not None:
             params["name"] = name
-        sql = sql_list_tasks(state=state is not None, name=name is not None)
+        if queue is not None:
+            params["queue"] = queue
+        sql = sql_list_tasks(
+            state=state is not None, name=name is not None, queue=queue is not None
+        )
         with self._read("listing tasks") as conn:
             return [record(r) for r in conn.execute(sql, params)]
 
@@ -180,6 +193,7 @@ class SQLStore(Transactions):
         names: Collection[str] | None = None,
         *,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
@@ -193,21 +207,35 @@ class SQLStore(Transactions):
                 lease=lease,
                 names=names,
                 process_names=process_names,
+                queues=queues,
             )
         return claims_from_rows(rows, owner, now, lease)
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
     ) -> list[LeaseStatus]:
-        if not claims:
+        fences: dict[int, set[int]] = {}
+        for c in claims:
+            if c.owner == owner:
+                fences.setdefault(c.task_id, set()).add(c.fence)
+        if not fences:
             return []
-        params = {
-            "fences": dump({str(c.task_id): c.fence for c in claims if c.owner == owner}),
-            "owner": owner,
-            "now": self._t(now),
-            "lease_expires_at": self._t(now + lease),
-        }
+        stamp = self._t(now)
         with self._write("renewing leases") as conn:
+            # The statement takes one fence per task: where claims of one task
+            # disagree (a stale one beside the current one), the current one's.
+            chosen = {task_id: min(f) for task_id, f in fences.items()}
+            doubtful = [task_id for task_id, f in fences.items() if len(f) > 1]
+            if doubtful:
+                for r in conn.execute(SQL_LEASES, {"ids": doubtful, "now": stamp}):
+                    if r.lease_owner == owner and r.fence in fences[r.id]:
+                        chosen[r.id] = r.fence
+            params = {
+                "fences": dump({str(task_id): fence for task_id, fence in chosen.items()}),
+                "owner": owner,
+                "now": stamp,
+                "lease_expires_at": self._t(now + lease),
+            }
             # id, fence, lease_expires_at, cancel_requested_at
             rows = sorted(self._rows(conn, self.dialect.heartbeat, params), key=lambda r: int(r[0]))
         return [LeaseStatus(r[0], r[1], from_db_time(r[2]), r[3] is not None) for r in rows]
@@ -276,6 +304,7 @@ class SQLStore(Transactions):
         lease: timedelta,
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
+        queues: Mapping[str, int] | None = None,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Group commit: every outcome, then a claim into the freed slots, in one transaction.
 
@@ -295,6 +324,7 @@ class SQLStore(Transactions):
                     lease=lease,
                     names=names,
                     process_names=process_names,
+                    queues=queues,
                 )
                 if limit > 0
                 else []
@@ -351,19 +381,62 @@ class SQLStore(Transactions):
 
     # -- waking ---------------------------------------------------------------------------------
 
-    def next_wakeup(self, now: datetime, names: Collection[str] | None = None) -> datetime | None:
+    def next_wakeup(
+        self,
+        now: datetime,
+        names: Collection[str] | None = None,
+        queues: Collection[str] | None = None,
+    ) -> datetime | None:
         params: dict[str, Any] = {"now": self._t(now)}
-        due_sql = SQL_NEXT_DUE
-        if names is not None:
-            due_sql = self.dialect.next_due_named
-            params["names"] = sorted(names)
+        due_sql: Any = SQL_NEXT_DUE
+        if (names is not None and not names) or (queues is not None and not queues):
+            # No names or queues: no task of its own to wait for (``IN ()`` is no SQL).
+            due_sql = None
+        elif names is not None or queues is not None:
+            due_sql = self.dialect.next_due(names is not None, queues is not None)
+            if names is not None:
+                params["names"] = sorted(names)
+            if queues is not None:
+                params["queues"] = sorted(queues)
         with self._read("finding the next due time") as conn:
             times = [
-                conn.execute(due_sql, params).scalar(),
+                None if due_sql is None else conn.execute(due_sql, params).scalar(),
                 conn.execute(SQL_NEXT_EXPIRY, params).scalar(),
             ]
-        found = [from_db_time(t) for t in times if t is not None]
+            found = [from_db_time(t) for t in times if t is not None]
+            for row in conn.execute(SQL_QUEUES):
+                limits = queue_limits(row)
+                if limits.rate is None or (queues is not None and limits.name not in queues):
+                    continue
+                since = self._t(now - limits.rate.per)
+                starts = conn.execute(SQL_QUEUE_STARTS, {"queue": limits.name, "since": since})
+                frees = limits.rate_frees_at([from_db_time(t) for (t,) in starts], now)
+                if frees is not None:
+                    found.append(frees)
         return min(found, default=None)
+
+    # -- queues ---------------------------------------------------------------------------------
+
+    def queue_limits(self) -> list[QueueLimits]:
+        with self._read("reading the queues") as conn:
+            return [queue_limits(r) for r in conn.execute(SQL_QUEUES)]
+
+    def put_queue(self, limits: QueueLimits, now: datetime) -> None:
+        rate = limits.rate
+        params = {
+            "name": limits.name,
+            "concurrency": limits.concurrency,
+            "rate_count": None if rate is None else rate.count,
+            "rate_seconds": None if rate is None else int(rate.per.total_seconds()),
+            "paused": int(limits.paused),
+            "now": self._t(now),
+        }
+        with self._write(f"setting queue {limits.name!r}") as conn:
+            conn.execute(SQL_PUT_QUEUE, params)
+            self._wake_others(conn)  # a resumed or widened queue: workers claim at once
+
+    def queue_info(self, now: datetime) -> list[QueueInfo]:
+        return operator_actions.queue_info(self, now)
 
     def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:
         """Overridden per database: how this process hears of other processes' commits."""

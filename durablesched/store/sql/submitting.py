@@ -11,9 +11,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from durablesched.records import NewTask, Submitted
+from durablesched.records import DEFAULT_QUEUE, NewTask, Submitted
 from durablesched.store.sql.codec import dump
-from durablesched.store.sql.statements import SQL_ALLOCATE, SQL_FIND_KEY
+from durablesched.store.sql.statements import SQL_ALLOCATE, SQL_ENSURE_QUEUE, SQL_FIND_KEY
 from durablesched.store.sql.transactions import Transactions
 
 
@@ -82,9 +82,13 @@ def insert_new(
             task.idempotency_key,
             stamp,
             stamp,
+            task.queue,
+            task.priority,
         )
         for task_id, task in zip(ids, new, strict=True)
     ]
+    for queue in {task.queue for task in new} - {DEFAULT_QUEUE}:
+        conn.execute(SQL_ENSURE_QUEUE, {"name": queue})  # the default's row is the schema's
     # Straight to the driver's executemany: this is the bulk-submit hot path.
     tx._many(conn, tx.dialect.insert_task, rows)
     record_submissions(tx, conn, ids)

@@ -1,7 +1,8 @@
 """Database errors in durablesched's terms: what failed, and whether to try again.
 
-Callers see :class:`StoreError` or :class:`SchemaError`, never a driver's
-exception; the messages name the operation (tests assert them).
+Callers see :class:`StoreError`, :class:`SchemaError` or :class:`CorruptDatabase`
+(a damaged file: permanent, not worth a retry), never a driver's exception;
+the messages name the operation (tests assert them).
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from contextlib import contextmanager
 
 from sqlalchemy import exc
 
-from durablesched.errors import SchemaError, StoreError
+from durablesched.errors import CorruptDatabase, SchemaError, StoreError
 
 #: SQLite's primary result codes for a lock held by another connection.
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6
+#: SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB.
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+#: Their messages, for a driver that gives no code.
+CORRUPT_MESSAGES = ("database disk image is malformed", "file is not a database")
 
 
 def is_busy(error: exc.DBAPIError) -> bool:
@@ -25,6 +30,14 @@ def is_busy(error: exc.DBAPIError) -> bool:
     return "database is locked" in str(error.orig)
 
 
+def is_corrupt(error: exc.DBAPIError) -> bool:
+    """SQLite says the file is damaged: permanent, whatever is retried."""
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    if code is not None and int(code) & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return True
+    return any(m in str(error.orig) for m in CORRUPT_MESSAGES)
+
+
 @contextmanager
 def translated(what: str) -> Iterator[None]:
     """Database errors leave as StoreError (or SchemaError) naming what failed."""
@@ -32,8 +45,8 @@ def translated(what: str) -> Iterator[None]:
         yield
     except exc.DBAPIError as e:
         message = str(e.orig) if e.orig is not None else str(e)
-        if "not a database" in message:
-            raise SchemaError(f"{what}: the file is not a SQLite database ({message})") from e
+        if is_corrupt(e):
+            raise CorruptDatabase(f"{what} failed: {message.strip()}") from e
         if "no such table" in message or ("relation" in message and "does not exist" in message):
             raise SchemaError(f"{what}: the durablesched schema is missing ({message})") from e
         if "\\u0000" in message:

@@ -1,0 +1,159 @@
+"""Issue 18's figures: claim latency over many queues and priorities, and what queues
+and limits cost end to end, each against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from durablesched import QueueLimits, Scheduler, SQLiteStore
+from durablesched.records import NewTask
+from durablesched.store.protocol import DurableStore
+from durablesched.store.sql.codec import from_db_time
+
+from .common import NOW, fresh, median, percentile, worker
+
+QUEUES = [f"q{i}" for i in range(10)]
+LEASE = timedelta(seconds=30)
+
+
+def _spread(n: int, rng: random.Random) -> Iterator[NewTask]:
+    """``n`` due tasks over 10 queues and all 201 priorities."""
+    for _ in range(n):
+        yield NewTask("noop", {}, NOW, 1, None, "{}", rng.choice(QUEUES), rng.randint(-100, 100))
+
+
+def _fill(store: DurableStore, n: int) -> None:
+    rng = random.Random(n)
+    batch: list[NewTask] = []
+    for task in _spread(n, rng):
+        batch.append(task)
+        if len(batch) == 50_000:
+            store.submit(batch, NOW)
+            batch = []
+    if batch:
+        store.submit(batch, NOW)
+
+
+def claim_latency_spread(
+    open_store: Callable[[str], AbstractContextManager[DurableStore]],
+    sizes: dict[str, int],
+    samples: int,
+) -> dict[str, dict[str, float]]:
+    """Seconds per claim of one task from every queue (a worker serving all ten), per
+    number of pending tasks spread over 10 queues and 201 priorities; sampled in turn."""
+    with _stores(open_store, sizes) as stores:
+        times: dict[str, list[float]] = {name: [] for name in stores}
+        for _ in range(samples):
+            for name, store in stores.items():
+                t0 = time.perf_counter()
+                claimed = store.claim("bench", 1, NOW, LEASE)
+                times[name].append(time.perf_counter() - t0)
+                assert len(claimed) == 1
+    return {
+        name: {"p50_us": median(t) * 1e6, "p99_us": percentile(t, 99) * 1e6}
+        for name, t in times.items()
+    }
+
+
+@contextmanager
+def _stores(
+    open_store: Callable[[str], AbstractContextManager[DurableStore]], sizes: dict[str, int]
+) -> Iterator[dict[str, DurableStore]]:
+    opened: dict[str, DurableStore] = {}
+    contexts = []
+    try:
+        for name, n in sizes.items():
+            context = open_store(name)
+            contexts.append(context)
+            store = context.__enter__()
+            _fill(store, n)
+            opened[name] = store
+        yield opened
+    finally:
+        for context in reversed(contexts):
+            context.__exit__(None, None, None)
+
+
+def sqlite_stores(path: Path) -> Callable[[str], AbstractContextManager[DurableStore]]:
+    @contextmanager
+    def open_one(name: str) -> Iterator[DurableStore]:
+        store = SQLiteStore(fresh(path.with_name(f"{path.name}.{name}")))
+        try:
+            yield store
+        finally:
+            store.close()
+
+    return open_one
+
+
+def postgres_stores() -> Callable[[str], AbstractContextManager[DurableStore]]:
+    from .pg import schema  # noqa: PLC0415 - PostgreSQL is optional
+
+    @contextmanager
+    def open_one(name: str) -> Iterator[DurableStore]:
+        from durablesched import PostgresStore  # noqa: PLC0415
+
+        with schema() as url:
+            store = PostgresStore(url)
+            try:
+                yield store
+            finally:
+                store.close()
+
+    return open_one
+
+
+def end_to_end_queues(
+    path: Path, n: int, queues: dict[str, int], limits: dict[str, int] | None = None
+) -> float:
+    """No-op tasks/s through one worker process serving ``queues`` (name -> slots),
+    the tasks spread evenly over them; ``limits`` sets queues' concurrency limits."""
+    store = SQLiteStore(fresh(path))
+    scheduler = Scheduler(store)
+    names = list(queues)
+    for i, name in enumerate(names):
+        share = n // len(names) + (1 if i < n % len(names) else 0)
+        scheduler.submit_many("noop", [{} for _ in range(share)], queue=name)
+    for name, concurrency in (limits or {}).items():
+        store.put_queue(QueueLimits(name, concurrency=concurrency), NOW)
+    store.close()
+    argv = ["--burst", "--log-level", "warning"]
+    for name, slots in queues.items():
+        argv += ["--queue", f"{name}={slots}"]
+    child = worker(path, *argv)
+    status, _cpu, _rss = child.wait_rusage()
+    assert status == 0, f"worker exited {status}"
+    with sqlite3.connect(path) as conn:
+        (first,) = conn.execute(
+            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
+        ).fetchone()
+        last, done = conn.execute(
+            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
+        ).fetchone()
+    assert done == n, f"only {done} of {n} tasks succeeded"
+    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+
+
+def queue_rounds(path: Path, n: int, rounds: int) -> dict[str, float]:
+    """Medians of interleaved rounds: one queue of 8 slots (the baseline), four queues of
+    2 slots each, and one queue of 4 slots with and without a concurrency limit of 4."""
+    cases: dict[str, Callable[[], float]] = {
+        "one_queue_8": lambda: end_to_end_queues(path, n, {"default": 8}),
+        "four_queues_2x4": lambda: end_to_end_queues(path, n, {f"q{i}": 2 for i in range(4)}),
+        "unlimited_4": lambda: end_to_end_queues(path, n, {"api": 4}),
+        "limit_4_of_4": lambda: end_to_end_queues(path, n, {"api": 4}, {"api": 4}),
+    }
+    runs: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            runs[name].append(case())
+    figures = {name: median(rates) for name, rates in runs.items()}
+    figures["four_queues_ratio"] = figures["four_queues_2x4"] / figures["one_queue_8"]
+    figures["limit_ratio"] = figures["limit_4_of_4"] / figures["unlimited_4"]
+    return figures

@@ -1,0 +1,172 @@
+"""Named queues: their names, task priorities, and the limits every worker obeys.
+
+A queue's limits live in the database (the ``queues`` table, or the in-memory
+store's dict) and are applied inside the claim's own transaction, so they hold
+across every worker process and host. This module is the arithmetic both
+backends share: what a name or a rate may be, and how many tasks of a queue a
+claim may start now.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypedDict
+
+from durablesched.errors import InvalidTaskError
+from durablesched.records import DEFAULT_QUEUE
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "KEEP",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "Keep",
+    "QueueInfo",
+    "QueueLimits",
+    "Rate",
+    "check_priority",
+    "check_queue",
+]
+
+#: Django's range: higher runs first.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+MAX_QUEUE_LENGTH = 100
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_RATE = re.compile(r"\s*(\d{1,9})\s*/\s*(\d{0,9})\s*(s|sec|second|m|min|minute|h|hour)\s*")
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600}
+_UNITS["hour"] = 3600
+
+
+def check_queue(name: object, what: str = "queue") -> str:
+    """A queue name: 1 to 100 letters, digits, ``.``, ``_`` or ``-``, starting with a
+    letter or digit (it shows in URLs, metrics labels and shell commands as it is)."""
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
+        raise InvalidTaskError(
+            f"{what} must be letters, digits, '.', '_' or '-' (starting with a letter or "
+            f"digit), got {name!r}"
+        )
+    if len(name) > MAX_QUEUE_LENGTH:
+        raise InvalidTaskError(f"{what} is longer than {MAX_QUEUE_LENGTH} characters")
+    return name
+
+
+def check_priority(priority: object, what: str = "priority") -> int:
+    """An integer from -100 to 100 (higher runs first)."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidTaskError(f"{what} must be an integer, got {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidTaskError(
+            f"{what} must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}"
+        )
+    return priority
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` attempts started in any window of ``per``, across every worker."""
+
+    count: int
+    per: timedelta
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise InvalidTaskError(f"a rate's count must be a positive integer, got {self.count!r}")
+        if not isinstance(self.per, timedelta) or not (
+            timedelta(0) < self.per <= timedelta(days=1)
+        ):
+            raise InvalidTaskError(f"a rate's window must be from 1 s to 1 day, got {self.per!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """``"10/s"``, ``"100/m"``, ``"5/10s"``, ``"1000/h"``."""
+        match = _RATE.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidTaskError(
+                f"a rate is COUNT/WINDOW such as 10/s, 100/m, 5/10s or 1000/h, got {text!r}"
+            )
+        count, number, unit = match.groups()
+        seconds = int(number or 1) * _UNITS[unit]
+        if seconds == 0:
+            raise InvalidTaskError(f"a rate's window must be from 1 s to 1 day, got {text!r}")
+        return cls(int(count), timedelta(seconds=seconds))
+
+    def __str__(self) -> str:
+        seconds = int(self.per.total_seconds())
+        for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+            if seconds % size == 0:
+                n = seconds // size
+                return f"{self.count}/{'' if n == 1 else n}{unit}"
+        raise AssertionError(seconds)  # pragma: no cover - every whole second divides by 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """What is stored for one queue: its global limits and whether it is paused."""
+
+    name: str
+    concurrency: int | None = None
+    rate: Rate | None = None
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        check_queue(self.name)
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool)
+            or not isinstance(self.concurrency, int)
+            or not 1 <= self.concurrency <= 2**31 - 1
+        ):
+            raise InvalidTaskError(
+                f"a queue's concurrency must be a positive integer, got {self.concurrency!r}"
+            )
+
+    @property
+    def limited(self) -> bool:
+        """True if a claim must count before it starts anything of this queue."""
+        return self.paused or self.concurrency is not None or self.rate is not None
+
+    def allowance(self, wanted: int, running: int, started: list[datetime], now: datetime) -> int:
+        """How many of ``wanted`` tasks a claim at ``now`` may start: ``running`` are
+        RUNNING anywhere, ``started`` are the start times the rate window remembers."""
+        if self.paused:
+            return 0
+        n = wanted
+        if self.concurrency is not None:
+            n = min(n, self.concurrency - running)
+        if self.rate is not None:
+            since = now - self.rate.per
+            n = min(n, self.rate.count - sum(1 for t in started if t > since))
+        return max(n, 0)
+
+    def rate_frees_at(self, started: list[datetime], now: datetime) -> datetime | None:
+        """When the rate window next admits a start, if it is full at ``now``."""
+        if self.rate is None or self.paused:
+            return None
+        since = now - self.rate.per
+        recent = sorted(t for t in started if t > since)
+        if len(recent) < self.rate.count:
+            return None
+        return recent[len(recent) - self.rate.count] + self.rate.per
+
+
+class Keep:
+    """The type of :data:`KEEP`: "leave this limit as it is" in ``Scheduler.set_queue``."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep()
+
+
+class QueueInfo(TypedDict):
+    """One queue as ``queue ls`` shows it."""
+
+    name: str
+    paused: bool
+    concurrency: int | None
+    rate: str | None
+    counts: dict[str, int]
+    running: int
+    oldest_waiting_seconds: float | None
