@@ -8,10 +8,13 @@ from .errors import ConfigurationError as ConfigurationError
 from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
+from .errors import InvalidScheduleError as InvalidScheduleError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
 from .errors import LeaseExpired as LeaseExpired
 from .errors import ProcessCrashed as ProcessCrashed
+from .errors import ScheduleConflictError as ScheduleConflictError
+from .errors import ScheduleNotFoundError as ScheduleNotFoundError
 from .errors import SchemaError as SchemaError
 from .errors import SchemaMissingError as SchemaMissingError
 from .errors import StoreError as StoreError
@@ -34,6 +37,11 @@ from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
 from .retry import RetryPolicy as RetryPolicy
 from .scheduler import Scheduler as Scheduler
+from .schedules.declaration import Fired as Fired
+from .schedules.declaration import Schedule as Schedule
+from .schedules.declaration import ScheduleInfo as ScheduleInfo
+from .schedules.timing import Misfire as Misfire
+from .schedules.timing import Overlap as Overlap
 from .states import TaskState as TaskState
 from .store.memory import MemoryStore as MemoryStore
 from .store.opening import open_store as open_store
@@ -55,13 +63,17 @@ __all__ = [
     "DurableStore",
     "ErrorInfo",
     "Finding",
+    "Fired",
     "HealthReport",
+    "InvalidScheduleError",
     "InvalidTaskError",
     "InvalidTransitionError",
     "LeaseExpired",
     "ManualClock",
     "MemoryStore",
+    "Misfire",
     "Operator",
+    "Overlap",
     "PostgresStore",
     "ProcessCrashed",
     "QueueInfo",
@@ -70,6 +82,10 @@ __all__ = [
     "Rate",
     "RetryPolicy",
     "SQLiteStore",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "Scheduler",
     "SchemaError",
     "SchemaMissingError",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
 from durablesched.records import Claim, Environment, NewTask
+from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 
@@ -143,6 +144,30 @@ class TaskContext:
 
     def now(self) -> datetime:
         return self.scheduler.clock.now()
+
+    # -- a task a schedule made (docs/schedules.md): read from its idempotency key --
+
+    @property
+    def schedule(self) -> str | None:
+        """The name of the schedule that made this task, or None if none did."""
+        fire = parse_fire_key(self.claim.idempotency_key)
+        return None if fire is None else fire.schedule
+
+    @property
+    def fire_time(self) -> datetime | None:
+        """The fire time this task was made for (UTC), or None if no schedule made it.
+
+        With its schedule, it is what ``idempotency_key`` carries: unique per fire.
+        """
+        fire = parse_fire_key(self.claim.idempotency_key)
+        return None if fire is None else fire.fire_at
+
+    @property
+    def catch_up(self) -> bool:
+        """True if this fire was missed while no worker ran and made late by the
+        schedule's misfire policy."""
+        fire = parse_fire_key(self.claim.idempotency_key)
+        return fire is not None and fire.catch_up
 
     @property
     def cancel_requested(self) -> bool:

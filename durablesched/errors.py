@@ -15,7 +15,10 @@ DurableSchedError
 │   ├── CorruptDatabase                 the database file is damaged: retrying cannot help
 │   └── SchemaError                     the database is not one we can use as is
 │       └── SchemaMissingError          opened without creating, and it has no schema
-└── ConfigurationError (ValueError)     a worker or scheduler option is out of range
+├── ConfigurationError (ValueError)     a worker or scheduler option is out of range
+├── InvalidScheduleError (ValueError)   a schedule's settings are wrong: nothing was stored
+│   └── ScheduleConflictError           a schedule of that name exists with other settings
+└── ScheduleNotFoundError (LookupError) no schedule has that name
 """
 
 from __future__ import annotations
@@ -97,3 +100,15 @@ class SchemaMissingError(SchemaError):
 
 class ConfigurationError(DurableSchedError, ValueError):
     """An option given to a scheduler or worker is out of range."""
+
+
+class InvalidScheduleError(DurableSchedError, ValueError):
+    """A schedule declared or changed with bad settings: nothing was stored."""
+
+
+class ScheduleConflictError(InvalidScheduleError):
+    """A schedule of that name exists with other settings."""
+
+
+class ScheduleNotFoundError(DurableSchedError, LookupError):
+    """No schedule has that name."""

@@ -9,10 +9,16 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from durablesched.clock import positive_duration
-from durablesched.errors import ConfigurationError, InvalidTaskError, UnknownTaskNameError
+from durablesched.errors import (
+    ConfigurationError,
+    InvalidTaskError,
+    ScheduleConflictError,
+    UnknownTaskNameError,
+)
 from durablesched.queues import check_priority, check_queue
 from durablesched.records import DEFAULT_QUEUE, ENVIRONMENT_CHOICES, Environment
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
+from durablesched.schedules.declaration import Schedule, checked_schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -92,6 +98,7 @@ class TaskRegistry:
         self.default_retry = default_retry
         self._tasks: dict[str, TaskDefinition] = {}
         self._names: frozenset[str] = frozenset()
+        self._schedules: dict[str, Schedule] = {}
 
     def task(
         self,
@@ -164,6 +171,31 @@ class TaskRegistry:
         self._tasks[task_name] = definition
         self._names = frozenset(self._tasks)
         return definition
+
+    def schedule(self, task: str, *, name: str | None = None, **settings: Any) -> Schedule:
+        """Declare a schedule of the registered task ``task``; workers sync it when they start.
+
+        ``name`` (default: the task's name) identifies the schedule: several
+        may run one task with different ``args``. The settings are
+        :func:`durablesched.schedules.declaration.schedule`'s (``cron`` and
+        ``timezone``, or ``every``; ``args``, ``misfire``, ``max_catch_up``,
+        ``misfire_grace``, ``overlap``, ``queue``, ``priority``), see
+        docs/schedules.md. Declaring a name again with the same settings is
+        allowed; with others, :class:`ScheduleConflictError`.
+        """
+        declared = checked_schedule(self, task, name=name, **settings)
+        existing = self._schedules.get(declared.name)
+        if existing is not None and existing != declared:
+            raise ScheduleConflictError(
+                f"a schedule named {declared.name!r} is already declared with other settings"
+            )
+        self._schedules[declared.name] = declared
+        return declared
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules declared here, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     def get(self, name: str) -> TaskDefinition:
         try:

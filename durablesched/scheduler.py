@@ -12,6 +12,7 @@ from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFou
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
 from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
+from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import Store
 from durablesched.submission import MAX_INT64, build_many, build_task
@@ -184,8 +185,50 @@ class Scheduler:
             self._notify("cancel", task_id)
         return outcome
 
+    # -- schedules managed at run time (docs/schedules.md) -------------------------------------
+
+    def add_schedule(self, task: str, *, name: str | None = None, **settings: Any) -> bool:
+        """Store a schedule, as ``durablesched schedule add`` does; True if added, False if
+        the same one was there. The settings are ``registry.schedule``'s; with a registry,
+        the task must be in it. :class:`ScheduleConflictError` if one of that name exists
+        with other settings; any other bad setting is an :class:`InvalidScheduleError`.
+        """
+        declared = checked_schedule(self.registry, task, name=name, **settings)
+        added = self.store.add_schedule(declared, self.clock.now())
+        self._notify("schedule", 0)
+        return added
+
+    def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Fire nothing from this schedule until resumed."""
+        return self.store.pause_schedule(name, True, self.clock.now())
+
+    def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Fire again, from the first fire time after now (a pause is not caught up)."""
+        info = self.store.pause_schedule(name, False, self.clock.now())
+        self._notify("schedule", 0)
+        return info
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete the schedule and its record of fires; the tasks it made stay.
+
+        A schedule declared in code comes back when a worker of that code starts.
+        """
+        self.store.remove_schedule(name)
+
+    def run_schedule_now(self, name: str) -> int:
+        """Make the schedule's task now, leaving its next fire time as it was; its id."""
+        fired = self.store.fire_schedule_now(name, self.clock.now())
+        assert fired.task_id is not None
+        self._notify("submit", fired.task_id)
+        return fired.task_id
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every stored schedule, by name, with its next and last fire."""
+        return self.store.list_schedules()
+
     def subscribe(self, listener: Callable[[str, int], None]) -> Callable[[], None]:
-        """Call ``listener(event, task_id)`` on 'submit' and 'cancel' in this process.
+        """Call ``listener(event, task_id)`` on 'submit', 'cancel' and 'schedule' in this
+        process.
 
         Workers use it to wake up at once; returns a function that unsubscribes.
         """

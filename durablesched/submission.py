@@ -6,13 +6,17 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
 from durablesched.queues import check_priority, check_queue
 from durablesched.records import DEFAULT_QUEUE, NewTask
-from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.retry import DEFAULT_RETRY
+
+if TYPE_CHECKING:
+    # Annotations only: the registry imports the schedules' declarations, which
+    # use this module's checks.
+    from durablesched.registry import TaskDefinition, TaskRegistry
 
 # -- the limits: each said once, here; the CLI and docs/api.md take them from this list ---------
 

@@ -38,6 +38,12 @@ DEFAULTS: dict[str, str] = {
     "move_batch": "500",
     # How long past its due time an unclaimed task is reported by `check`.
     "overdue_after": f"{OVERDUE_AFTER.total_seconds():g}s",
+    # `schedule add`: the API's defaults (durablesched.schedules.declaration.schedule).
+    "timezone": "UTC",
+    "misfire": "latest",
+    "max_catch_up": "100",
+    "misfire_grace": "60s",
+    "overlap": "skip",
 }
 
 #: A command: parsed options in, exit code out.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import metadata
 
-from durablesched.cli import check, operate, queues, schema, tasks, worker
+from durablesched.cli import check, operate, queues, schedules, schema, tasks, worker
 from durablesched.cli.options import Commands, Parser, option, switch
 
 #: Each command module adds its commands; their order is the order in ``--help``.
@@ -19,6 +19,7 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     operate.register,
     queues.register,
     check.register,
+    schedules.register,
 )
 
 

@@ -10,7 +10,7 @@ import heapq
 import json
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,15 @@ from durablesched.records import (
     TaskRecord,
     effective_key,
 )
+from durablesched.schedules.declaration import (
+    Fired,
+    Origin,
+    Schedule,
+    ScheduleInfo,
+    ScheduleStatus,
+)
+from durablesched.schedules.firing import PlannedFire, due_fires, run_now
+from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
 from durablesched.store.protocol import Effect, RetryDelay
 
@@ -85,6 +94,12 @@ class MemoryStore:
         self._compact_ratio = compact_ratio
         self._compact_min = compact_min
         self.compactions = 0
+        #: Schedules by name, and their fires by (name, fire time): (task id, skipped).
+        self._schedules: dict[str, _StoredSchedule] = {}
+        self._fires: dict[tuple[str, datetime], tuple[int | None, str | None]] = {}
+        self._latest_fire: dict[str, datetime] = {}
+        #: The latest fire of each schedule that made a task: (fire time, task id).
+        self._latest_task: dict[str, tuple[datetime, int]] = {}
 
     # -- introspection for tests and docs --------------------------------------------------
 
@@ -489,6 +504,155 @@ class MemoryStore:
     def close(self) -> None:
         """Nothing to release; the tasks vanish with the process."""
 
+    # -- schedules (ScheduleStore) -------------------------------------------------------------
+
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
+        with self._lock:
+            stored = {name: (s.schedule, s.status, s.origin) for name, s in self._schedules.items()}
+            changes = sync_plan(stored, declared, tasks)
+            for name, (_change, schedule, status) in changes.items():
+                row = self._schedules.get(name)
+                if row is None:
+                    assert schedule is not None
+                    self._schedules[name] = _StoredSchedule(
+                        schedule, status, Origin.CODE, schedule.times().next_after(now), now, now
+                    )
+                    continue
+                if schedule is not None:
+                    if not schedule.same_timing(row.schedule):
+                        row.next_fire_at = schedule.times().next_after(now)
+                    row.schedule = schedule
+                    row.origin = Origin.CODE
+                row.status = status
+                row.updated_at = now
+            return {name: change for name, (change, _, _) in changes.items()}
+
+    def add_schedule(self, schedule: Schedule, now: datetime) -> bool:
+        with self._lock:
+            row = self._schedules.get(schedule.name)
+            if row is not None:
+                if row.schedule != schedule:
+                    raise conflict(schedule.name)
+                return False
+            self._schedules[schedule.name] = _StoredSchedule(
+                schedule,
+                ScheduleStatus.ACTIVE,
+                Origin.OPERATOR,
+                schedule.times().next_after(now),
+                now,
+                now,
+            )
+            return True
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleInfo:
+        with self._lock:
+            row = self._schedule_row(name)
+            if paused and row.status != ScheduleStatus.PAUSED:
+                row.status = ScheduleStatus.PAUSED
+                row.updated_at = now
+            elif not paused and row.status != ScheduleStatus.ACTIVE:
+                row.status = ScheduleStatus.ACTIVE
+                row.next_fire_at = row.schedule.times().next_after(now)
+                row.updated_at = now
+            return self._schedule_info(row)
+
+    def remove_schedule(self, name: str) -> None:
+        with self._lock:
+            self._schedule_row(name)
+            del self._schedules[name]
+            for key in [k for k in self._fires if k[0] == name]:
+                del self._fires[key]
+            self._latest_fire.pop(name, None)
+            self._latest_task.pop(name, None)
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        with self._lock:
+            return [self._schedule_info(self._schedules[n]) for n in sorted(self._schedules)]
+
+    def fire_schedules(self, now: datetime, *, limit: int = 100) -> list[Fired]:
+        fired: list[Fired] = []
+        with self._lock:
+            due = sorted(
+                (row.next_fire_at, name)
+                for name, row in self._schedules.items()
+                if row.status == ScheduleStatus.ACTIVE and row.next_fire_at <= now
+            )[:limit]
+            for _, name in due:
+                row = self._schedules[name]
+                previous = self._latest_task.get(name)
+                state = None if previous is None else self._tasks[previous[1]].state
+                fires, row.next_fire_at = due_fires(row.schedule, row.next_fire_at, now, state)
+                for fire in fires:
+                    done = self._record_fire(name, fire, now)
+                    if done is not None:
+                        fired.append(done)
+        return fired
+
+    def fire_schedule_now(self, name: str, now: datetime) -> Fired:
+        with self._lock:
+            row = self._schedule_row(name)
+            done = self._record_fire(name, run_now(row.schedule, now), now)
+            if done is None:  # run-now twice at one instant: the first stands
+                task_id, skipped = self._fires[(name, now)]
+                return Fired(name, now, False, task_id, skipped)
+            return done
+
+    def next_fire_time(self) -> datetime | None:
+        with self._lock:
+            return min(
+                (
+                    row.next_fire_at
+                    for row in self._schedules.values()
+                    if row.status == ScheduleStatus.ACTIVE
+                ),
+                default=None,
+            )
+
+    def _schedule_row(self, name: str) -> _StoredSchedule:
+        row = self._schedules.get(name)
+        if row is None:
+            raise not_found(name)
+        return row
+
+    def _last_fire(self, name: str) -> tuple[datetime, int | None, str | None] | None:
+        at = self._latest_fire.get(name)
+        if at is None:
+            return None
+        task_id, skipped = self._fires[(name, at)]
+        return at, task_id, skipped
+
+    def _record_fire(self, name: str, fire: PlannedFire, now: datetime) -> Fired | None:
+        """Record one fire and make its task; None if that fire was recorded before."""
+        if (name, fire.at) in self._fires:
+            return None
+        task_id = None if fire.task is None else self._insert(fire.task, now).task_id
+        self._fires[(name, fire.at)] = (task_id, fire.skipped)
+        if name not in self._latest_fire or fire.at > self._latest_fire[name]:
+            self._latest_fire[name] = fire.at
+        if task_id is not None and (
+            name not in self._latest_task or fire.at > self._latest_task[name][0]
+        ):
+            self._latest_task[name] = (fire.at, task_id)
+        return Fired(name, fire.at, fire.catch_up, task_id, fire.skipped)
+
+    def _schedule_info(self, row: _StoredSchedule) -> ScheduleInfo:
+        last = self._last_fire(row.schedule.name)
+        task_id = last[1] if last else None
+        return ScheduleInfo(
+            schedule=row.schedule,
+            status=row.status,
+            origin=row.origin,
+            next_fire_at=row.next_fire_at,
+            last_fire_at=last[0] if last else None,
+            last_task_id=task_id,
+            last_task_state=None if task_id is None else self._tasks[task_id].state,
+            last_skip=last[2] if last else None,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
     # -- internals (the caller holds the lock) -------------------------------------------------
 
     def _insert(self, new: NewTask, now: datetime) -> Submitted:
@@ -696,3 +860,15 @@ class MemoryStore:
                 heapq.heapify(self._ready[queue])
             self._stale = 0
             self.compactions += 1
+
+
+@dataclass
+class _StoredSchedule:
+    """A schedule as the in-memory backend keeps it (the ``schedules`` table's row)."""
+
+    schedule: Schedule
+    status: str
+    origin: str
+    next_fire_at: datetime
+    created_at: datetime
+    updated_at: datetime

@@ -30,6 +30,7 @@ from durablesched.records import (
     TaskEvent,
     TaskRecord,
 )
+from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
 
 if TYPE_CHECKING:
@@ -67,7 +68,88 @@ class ChangeWatcher(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
+class ScheduleStore(Protocol):
+    """Where schedules are kept and fired: the part of :class:`Store` that makes periodic tasks.
+
+    A *fire* is a (schedule, fire time) pair, recorded at most once ever (a
+    UNIQUE key in the SQL backends): it makes one task, through the same path
+    as :meth:`Store.submit`, due at the fire time, with the idempotency key
+    ``schedule:<name>:<fire time>`` (see :func:`~durablesched.schedules.declaration.fire_key`),
+    or records why it made none. Schedules are keyed by name.
+    """
+
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
+        """Make the schedules declared in code the stored ones, by name, in one step.
+
+        New names are added (first fire: the first fire time after ``now``);
+        changed settings are updated (the next fire time is recomputed only if
+        the times changed, so fires missed while no worker ran stay missed, for
+        the misfire policy); a schedule from code that is no longer declared,
+        though its task is among ``tasks`` (the registry's: another app's
+        schedules are not this one's to remove), is kept, firing nothing, as
+        "removed from code" (declared again, it comes back). Pauses stand.
+        Schedules added by an operator are left alone unless declared in code.
+        Returns what happened to each name that changed: "added", "updated",
+        "restored" or "removed from code".
+        """
+        ...
+
+    def add_schedule(self, schedule: Schedule, now: datetime) -> bool:
+        """Store an operator's schedule; True if added, False if the same one was there.
+
+        :class:`ScheduleConflictError` (nothing changes) if one of that name
+        exists with other settings.
+        """
+        ...
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleInfo:
+        """Pause (fire nothing) or resume a schedule; resumed, it fires from its first
+        fire time after ``now`` (what passed while paused is not caught up).
+
+        :class:`ScheduleNotFoundError` for an unknown name.
+        """
+        ...
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule and its record of fires (its tasks stay).
+
+        :class:`ScheduleNotFoundError` for an unknown name.
+        """
+        ...
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        """Every stored schedule, by name, with its last fire and that fire's task's state."""
+        ...
+
+    def fire_schedules(self, now: datetime, *, limit: int = 100) -> list[Fired]:
+        """Fire what is due at ``now``: up to ``limit`` active schedules whose next fire
+        time has come, earliest first.
+
+        For each, in one atomic step: the fires its misfire policy keeps
+        (:func:`~durablesched.schedules.timing.plan`), each recorded once, each
+        making a task (or, with ``overlap="skip"`` while the task of the
+        schedule's previous fire is PENDING, RUNNING or RETRY_WAIT, recording
+        the skip), and the next fire time advanced, on the condition that no
+        one else advanced it first: a second caller fires nothing.
+        """
+        ...
+
+    def fire_schedule_now(self, name: str, now: datetime) -> Fired:
+        """Make the schedule's task now, whatever its status and next fire time (which
+        stay as they are), as the fire ``(name, now)`` marked run-now.
+
+        :class:`ScheduleNotFoundError` for an unknown name.
+        """
+        ...
+
+    def next_fire_time(self) -> datetime | None:
+        """The earliest next fire time of an active schedule, or None."""
+        ...
+
+
+class Store(ScheduleStore, Protocol):
     """Durable (or not) home of tasks, as the scheduler and the worker use it.
 
     Implementations must be thread-safe. Every method here is called by the

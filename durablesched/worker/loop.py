@@ -28,6 +28,7 @@ from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
 from durablesched.worker.options import WorkerOptions, finite_seconds
+from durablesched.worker.schedules import ScheduleStep
 from durablesched.worker.slots import Running, Slots, free_slots
 from durablesched.worker.threads import TaskThreads
 from durablesched.worker.trouble import StoreTrouble
@@ -118,6 +119,7 @@ class Worker:
         )
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
+        self._schedules = ScheduleStep(scheduler, self.registry)
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -134,6 +136,7 @@ class Worker:
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
         if self._stopping.is_set():
             return 0
+        self._schedules.run_once(now)
         with self._slots.lock:
             running = list(self._slots.active.values())
         free, queues = free_slots(running, self._options.concurrency, self._options.queues)
@@ -153,6 +156,7 @@ class Worker:
         while True:
             now = self.scheduler.clock.now()
             self.reclaim(now)
+            self._schedules.run_once(now)
             claims = self._claim(1, now)
             if not claims:
                 return ran
@@ -377,6 +381,8 @@ class Worker:
             running = self._slots.get(task_id)
             if running is not None:
                 running.signals.request_cancel()
+        elif event == "schedule":
+            self._schedules.changed()
         self._wakeup.set()
 
     def _tell_shutdown(self) -> None:
@@ -411,6 +417,8 @@ class Worker:
             times.append(self._watch.early_heartbeat_at(now))
         if self._leases.next_reclaim is not None:
             times.append(self._leases.next_reclaim)
+        if self._schedules.next_fire is not None:
+            times.append(self._schedules.next_fire)
         return min(times, default=None)
 
     # -- the options, read-only -------------------------------------------------------------

@@ -28,6 +28,7 @@ POSITIONALS = {
     "cancel": ["1"],
     "retry": ["1"],
     "queue": ["set", "q"],
+    "schedule": ["ls"],
 }
 
 

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "queues",
             "registry",
             "submission",
+            "schedules",
         ),
     ),
     ("storage boundary", ("store.protocol", "store.durability")),
@@ -57,7 +58,17 @@ DATABASE_MODULES = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify
 #: Third-party packages a module must not import at run time, and why.
 NO_THIRD_PARTY: list[tuple[tuple[str, ...], str, str]] = [
     (
-        ("errors", "states", "records", "clock", "retry", "queues", "registry", "submission"),
+        (
+            "errors",
+            "states",
+            "records",
+            "clock",
+            "retry",
+            "queues",
+            "registry",
+            "submission",
+            "schedules",
+        ),
         "sqlalchemy",
         "the core runs without a database library",
     ),

@@ -41,9 +41,17 @@ from durablesched.records import (
     TaskEvent,
     TaskRecord,
 )
+from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
-from durablesched.store.sql import checking, group_commit, moving, operator_actions, reclaiming
+from durablesched.store.sql import (
+    checking,
+    group_commit,
+    moving,
+    operator_actions,
+    reclaiming,
+    scheduling,
+)
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
 from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
@@ -436,6 +444,34 @@ class SQLStore(Transactions):
 
     def close(self) -> None:
         self._close_transactions()
+
+    # -- schedules (ScheduleStore): see scheduling.py ----------------------------------------------
+
+    def sync_schedules(
+        self, declared: Sequence[Schedule], now: datetime, tasks: Collection[str]
+    ) -> dict[str, str]:
+        return scheduling.sync_schedules(self, declared, now, tasks)
+
+    def add_schedule(self, schedule: Schedule, now: datetime) -> bool:
+        return scheduling.add_schedule(self, schedule, now)
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleInfo:
+        return scheduling.pause_schedule(self, name, paused, now)
+
+    def remove_schedule(self, name: str) -> None:
+        scheduling.remove_schedule(self, name)
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        return scheduling.list_schedules(self)
+
+    def fire_schedules(self, now: datetime, *, limit: int = 100) -> list[Fired]:
+        return scheduling.fire_schedules(self, now, limit)
+
+    def fire_schedule_now(self, name: str, now: datetime) -> Fired:
+        return scheduling.fire_schedule_now(self, name, now)
+
+    def next_fire_time(self) -> datetime | None:
+        return scheduling.next_fire_time(self)
 
     # -- operator actions (not part of the Store protocol): see operator_actions.py ---------------
 
