@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.tasks import TaskResultStatus, task, task_backends
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.utils import timezone
 
 from durablesched import CancelOutcome
 from durablesched.contrib.django import DurableSchedBackend, cancel
-from durablesched.contrib.django.database import store_for
+from durablesched.contrib.django.database import close_stores, store_for
 from tests_django.testapp.tasks import add, send
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -153,3 +153,16 @@ def test_bad_options_are_refused_with_what_is_wrong(
 ) -> None:
     with pytest.raises(InvalidTaskBackend, match=message):
         DurableSchedBackend("x", {"OPTIONS": options})
+
+
+def test_the_first_enqueue_of_a_process_may_come_after_the_block_wrote(alias: str) -> None:
+    """The store opens inside the block: on SQLite its schema check must not wait for the
+    write lock the block's own writes hold."""
+    close_stores()
+    with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cursor:
+            cursor.execute("CREATE TABLE scratch (id integer)")
+        result = add.using(backend=alias).enqueue(1, 2)
+    assert task_backends[alias].get_result(result.id).args == [1, 2]
+    with connections[alias].cursor() as cursor:
+        cursor.execute("DROP TABLE scratch")

@@ -68,6 +68,7 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
         if options["concurrency"] < 1:
             raise CommandError(f"--concurrency must be at least 1, got {options['concurrency']}")
         queues = self._queues(backend, options["queue"] or [], options["concurrency"])
+        _show_worker_lines()
         tasks = DjangoTasks(backend)
         try:
             worker = tasks.worker(
@@ -116,3 +117,16 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
                 f"({', '.join(sorted(backend.queues))})"
             )
         return queues
+
+
+def _show_worker_lines() -> None:
+    """The worker's lines (a line per task start and outcome) on stderr, as ``durablesched
+    worker`` prints them, unless the project's LOGGING says where they go."""
+    ours = logging.getLogger("durablesched")
+    if ours.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ours.addHandler(handler)
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)
