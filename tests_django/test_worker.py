@@ -4,8 +4,11 @@ priority, keeps deferred ones, and sends Django's signals (``task_finished`` aft
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +23,15 @@ from django.utils import timezone
 
 from durablesched.contrib.django.database import store_for
 from tests_django.conftest import WAIT, work
-from tests_django.testapp.tasks import add, async_add, attempt_number, boom, record, send
+from tests_django.testapp.tasks import (
+    add,
+    async_add,
+    attempt_number,
+    boom,
+    hold,
+    record,
+    send,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -132,11 +143,11 @@ def signals() -> Iterator[list[tuple[str, TaskResult, Any]]]:
         task_started: listener("started"),
         task_finished: listener("finished"),
     }
-    for signal, receiver in receivers.items():
-        signal.connect(receiver)
+    for sent, receiver in receivers.items():
+        sent.connect(receiver)
     yield seen
-    for signal, receiver in receivers.items():
-        signal.disconnect(receiver)
+    for sent, receiver in receivers.items():
+        sent.disconnect(receiver)
 
 
 def test_signals_are_sent_and_finished_only_after_the_commit(
@@ -163,9 +174,8 @@ def test_signals_are_sent_and_finished_only_after_the_commit(
     ]
 
 
-def test_the_command_runs_as_its_own_process(alias: str) -> None:
-    results = [add.using(backend=alias).enqueue(n, n) for n in range(5)]
-    env = {
+def _worker_env() -> dict[str, str]:
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests_django.settings",
         "PYTHONPATH": str(ROOT),
@@ -175,6 +185,11 @@ def test_the_command_runs_as_its_own_process(alias: str) -> None:
         if "pg" in connections
         else "",
     }
+
+
+def test_the_command_runs_as_its_own_process(alias: str) -> None:
+    results = [add.using(backend=alias).enqueue(n, n) for n in range(5)]
+    env = _worker_env()
     done = subprocess.run(
         [sys.executable, "-m", "django", "durablesched_worker", "--burst", "--backend", alias],
         env=env,
@@ -189,3 +204,56 @@ def test_the_command_runs_as_its_own_process(alias: str) -> None:
     for n, result in enumerate(results):
         result.refresh()
         assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 2 * n)
+
+
+def _until(predicate: Any, what: str) -> None:
+    """Poll (a process's doing) until ``predicate()``, for at most WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_lets_the_running_task_finish_and_starts_nothing_new(
+    alias: str, tmp_path: Path, signum: int
+) -> None:
+    started, go = tmp_path / "started", tmp_path / "go"
+    held = hold.using(backend=alias).enqueue(str(started), str(go))
+    waiting = add.using(backend=alias, priority=-1).enqueue(1, 1)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias,
+         "--concurrency", "1"],
+        env=_worker_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        _until(started.exists, "the task to start")
+        worker.send_signal(signum)
+        _until(lambda: "no new claims" in _read_so_far(worker), "the worker to hear the signal")
+        go.touch()
+        _, err = worker.communicate(timeout=WAIT)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, err
+    held.refresh()
+    waiting.refresh()
+    assert (held.status, held.return_value) == (TaskResultStatus.SUCCESSFUL, "held")
+    assert waiting.status is TaskResultStatus.READY
+
+
+_SEEN: dict[int, str] = {}
+
+
+def _read_so_far(process: subprocess.Popen[str]) -> str:
+    """What the process wrote on stderr so far (read line by line, without blocking long)."""
+    assert process.stderr is not None
+    ready, _, _ = select.select([process.stderr], [], [], 0.05)
+    if ready:
+        _SEEN[process.pid] = _SEEN.get(process.pid, "") + process.stderr.readline()
+    return _SEEN.get(process.pid, "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -40,3 +42,15 @@ def record(path: str, value: str) -> None:
     """Appends ``value`` to the file ``path``: the order tasks ran in."""
     with open(path, "a", encoding="utf-8") as f:
         f.write(value + "\n")
+
+
+@task()
+def hold(started: str, go: str) -> str:
+    """Says it started (a file), then runs until the file ``go`` exists (at most 30 s)."""
+    Path(started).touch()
+    deadline = time.monotonic() + 30
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(go)
+        time.sleep(0.01)
+    return "held"
