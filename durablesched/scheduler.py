@@ -14,7 +14,7 @@ from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
-from durablesched.store.protocol import Store
+from durablesched.store.protocol import DBAPIConnection, Store
 from durablesched.submission import MAX_INT64, build_many, build_task
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Scheduler:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         key: str | None = None,
-        connection: Connection | None = None,
+        connection: Connection | DBAPIConnection | None = None,
         queue: str | None = None,
         priority: int | None = None,
     ) -> int:
@@ -60,8 +60,10 @@ class Scheduler:
         Due at ``at`` (timezone-aware), after ``delay`` (a timedelta or
         seconds), or now. With ``key``, a task already holding that key (one
         not FAILED or CANCELLED) is returned instead of a new one. With
-        ``connection`` (SQLite), the task is stored in the caller's open
-        transaction and exists if and only if that transaction commits.
+        ``connection`` (SQL stores), the task is stored in the caller's open
+        transaction and exists if and only if that transaction commits: an
+        SQLAlchemy ``Connection`` on the store's database, or the driver's own
+        (``sqlite3.Connection``, ``psycopg.Connection``), such as Django's.
         """
         task = build_task(
             name,
@@ -242,7 +244,9 @@ class Scheduler:
 
         return unsubscribe
 
-    def _store(self, tasks: list[NewTask], connection: Connection | None = None) -> list[int]:
+    def _store(
+        self, tasks: list[NewTask], connection: Connection | DBAPIConnection | None = None
+    ) -> list[int]:
         if not tasks:
             return []
         submitted = self.store.submit(tasks, self.clock.now(), connection=connection)

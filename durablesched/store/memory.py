@@ -52,7 +52,7 @@ from durablesched.schedules.declaration import (
 from durablesched.schedules.firing import PlannedFire, due_fires, run_now
 from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
-from durablesched.store.protocol import Effect, RetryDelay
+from durablesched.store.protocol import DBAPIConnection, Effect, RetryDelay
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection  # only in submit's signature: never given here
@@ -114,7 +114,11 @@ class MemoryStore:
     # -- Store -------------------------------------------------------------------------------
 
     def submit(
-        self, tasks: Sequence[NewTask], now: datetime, *, connection: Connection | None = None
+        self,
+        tasks: Sequence[NewTask],
+        now: datetime,
+        *,
+        connection: Connection | DBAPIConnection | None = None,
     ) -> list[Submitted]:
         if connection is not None:
             raise UnsupportedOperationError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
@@ -37,6 +37,19 @@ if TYPE_CHECKING:
     # Only SQL backends hand an effect a connection: the in-memory one must not
     # need SQLAlchemy installed, or imported, to use this protocol.
     from sqlalchemy import Connection
+
+
+class DBAPIConnection(Protocol):
+    """A database driver's own connection (PEP 249), such as ``sqlite3.Connection`` or
+    ``psycopg.Connection``: what a framework like Django holds. ``submit(connection=)``
+    takes one that is in a transaction (docs/api.md)."""
+
+    def cursor(self) -> Any: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
 
 #: Database work a task registers to commit together with its success.
 Effect = Callable[["Connection"], object]
@@ -157,12 +170,17 @@ class Store(ScheduleStore, Protocol):
     """
 
     def submit(
-        self, tasks: Sequence[NewTask], now: datetime, *, connection: Connection | None = None
+        self,
+        tasks: Sequence[NewTask],
+        now: datetime,
+        *,
+        connection: Connection | DBAPIConnection | None = None,
     ) -> list[Submitted]:
         """Store ``tasks`` as PENDING, in order, all or none.
 
-        With ``connection`` (SQL backends only), inside the caller's own
-        transaction: the tasks exist if and only if it commits.
+        With ``connection`` (SQL backends only: an SQLAlchemy ``Connection`` or the
+        driver's own), inside the caller's own transaction: the tasks exist if and
+        only if it commits.
 
         A task whose idempotency key is held by a task in a key-holding state
         (PENDING, RUNNING, RETRY_WAIT, SUCCEEDED) is not stored; its entry in

@@ -54,8 +54,10 @@ class GroupCommit:
         stopping: threading.Event,
         wakeup: threading.Event,
         trouble: StoreTrouble,
+        after_commit: Callable[[Claim, TaskState | None], object] | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._after_commit = after_commit
         self._registry = registry
         self._slots = slots
         self._lock = slots.lock
@@ -169,6 +171,8 @@ class GroupCommit:
                 continue
             _log_outcome(running, outcome, result)
             finished.append(running)
+            if self._after_commit is not None:
+                self._tell(running.claim, result)
         if again:
             with self._lock:
                 self._pending.extend(again)
@@ -176,6 +180,14 @@ class GroupCommit:
         self._launch(claims)
         self._watch.nudge_if_free()  # only now: the slots may be full again
         return True
+
+    def _tell(self, claim: Claim, state: TaskState | None) -> None:
+        """The ``after_commit`` hook, whose failure is logged: the outcome stands."""
+        assert self._after_commit is not None
+        try:
+            self._after_commit(claim, state)
+        except Exception:
+            log.exception("after_commit hook failed for task %s (%s)", claim.task_id, claim.name)
 
     def forget(self, done: list[Running], *, nudge: bool = True) -> None:
         """Free the slots of attempts that are over (recorded, or never to be), and say so."""

@@ -17,13 +17,14 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from durablesched.errors import ConfigurationError, StoreError
 from durablesched.records import Claim, Environment
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
@@ -54,6 +55,12 @@ class Worker:
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
+
+    ``after_commit(claim, state)``, if given, is called once an attempt's outcome
+    is committed, on the thread that committed it, with the state the task was
+    left in (None: the outcome was discarded, its lease lost); what it raises is
+    logged, never the worker's concern. Integrations (Django's ``task_finished``)
+    hang their "it is done" here: nothing is said before the commit.
     """
 
     def __init__(
@@ -72,6 +79,7 @@ class Worker:
         environment: str | Environment = Environment.THREAD,
         cancel_grace: float = 5.0,
         queues: Mapping[str, int] | None = None,
+        after_commit: Callable[[Claim, TaskState | None], object] | None = None,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -116,6 +124,7 @@ class Worker:
             stopping=self._stopping,
             wakeup=self._wakeup,
             trouble=self._trouble,
+            after_commit=after_commit,
         )
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None

@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("worker", ("worker",)),
     ("testing helpers", ("testing",)),
     ("command line", ("cli",)),
+    ("integrations", ("contrib",)),
     ("facade", ("__init__", "__main__")),
 ]
 
@@ -50,6 +51,8 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("worker", "store.sql", "the worker speaks to the Store protocol, not a backend"),
     ("worker", "store.memory", "the worker speaks to the Store protocol, not a backend"),
     ("worker", "store.opening", "the worker is handed a store; it does not open one"),
+    ("__init__", "contrib", "an integration is imported by its users only, never by the core"),
+    ("__main__", "contrib", "an integration is imported by its users only, never by the core"),
 ]
 #: The dialect-neutral SQL modules: none of them imports a database's own module.
 NEUTRAL_SQL_IMPORTS_NO = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify")
@@ -253,3 +256,8 @@ def test_the_rules_see_a_violation() -> None:
         "durablesched.cli.main",
     }
     assert _layer("cli.main") > _layer("errors")
+
+
+def test_frameworks_are_imported_by_their_integration_only() -> None:
+    users = {m for m in _modules() if "django" in _third_party(m)}
+    assert users <= {m for m in _modules() if _within(m, "contrib.django")}, users

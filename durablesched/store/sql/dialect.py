@@ -62,6 +62,9 @@ class SQLDialect:
     notify: TextClause | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
+    #: Why a caller's own driver connection cannot take a submit in its transaction
+    #: (none open, or a failed one), or None if it can (:mod:`.borrowed`).
+    borrowed_problem: Callable[[Any], str | None] | None = None
 
     def claim_for(self, arms: int, names: int) -> str:
         """The claim as the driver takes it (cached: queues and names rarely change)."""

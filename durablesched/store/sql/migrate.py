@@ -58,7 +58,10 @@ def check_schema(engine: Engine, *, migrate: bool, create: bool = True) -> str:
     """Make sure the database is at head: create a new one (unless ``create`` is False),
     upgrade if asked, else refuse."""
     head = head_revision()
-    with engine.connect() as conn:
+    # A read transaction: on SQLite a write one would wait for the write lock, which
+    # the caller's own transaction may hold (a store first opened inside Django's
+    # atomic(), which has written already).
+    with engine.execution_options(durablesched_read=True).connect() as conn:
         revision = current_revision(conn)
         has_tables = bool(inspect(conn).get_table_names())
         conn.rollback()

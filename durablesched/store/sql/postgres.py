@@ -199,6 +199,19 @@ def integrity(conn: Connection) -> list[Finding]:
     return findings
 
 
+def borrowed_problem(connection: Any) -> str | None:
+    """A caller's ``psycopg`` connection takes a submit in its open transaction, or in the
+    one its next statement begins (not in autocommit mode); not in a failed one."""
+    status = connection.info.transaction_status.name
+    if status == "INTRANS" or (status == "IDLE" and not connection.autocommit):
+        return None
+    if status == "IDLE":
+        return "the psycopg connection is in autocommit mode and not in a transaction"
+    if status == "INERROR":
+        return "the psycopg connection's transaction failed: roll it back first"
+    return f"the psycopg connection is busy (transaction status {status})"
+
+
 #: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
 #: timestamptz, history written by the claim and group commit themselves.
 POSTGRES = SQLDialect(
@@ -218,6 +231,7 @@ POSTGRES = SQLDialect(
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     notify=text(NOTIFY),
     writes_history=True,
+    borrowed_problem=borrowed_problem,
 )
 
 # -- the engine ----------------------------------------------------------------------------------

@@ -136,6 +136,14 @@ def integrity(conn: Connection) -> list[Finding]:
     ]
 
 
+def borrowed_problem(connection: sqlite3.Connection) -> str | None:
+    """A caller's ``sqlite3`` connection takes a submit only inside a transaction: outside
+    one, each statement would commit on its own and a failure would leave half a batch."""
+    if connection.in_transaction:
+        return None
+    return "the sqlite3 connection is not in a transaction (run BEGIN on it first)"
+
+
 #: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
 SQLITE = SQLDialect(
     name="sqlite",
@@ -149,6 +157,7 @@ SQLITE = SQLDialect(
     record_keys=RECORD_KEYS.format(p="?"),
     time=to_db_time,
     integrity=integrity,
+    borrowed_problem=borrowed_problem,
 )
 
 # -- the engine ----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from durablesched.records import (
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
-from durablesched.store.protocol import ChangeWatcher, Effect, RetryDelay
+from durablesched.store.protocol import ChangeWatcher, DBAPIConnection, Effect, RetryDelay
 from durablesched.store.sql import (
     checking,
     group_commit,
@@ -52,6 +52,7 @@ from durablesched.store.sql import (
     reclaiming,
     scheduling,
 )
+from durablesched.store.sql.borrowed import borrow
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
 from durablesched.store.sql.codec import dump, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
@@ -121,17 +122,24 @@ class SQLStore(Transactions):
         tasks: Sequence[NewTask],
         now: datetime,
         *,
-        connection: Connection | None = None,
+        connection: Connection | DBAPIConnection | None = None,
     ) -> list[Submitted]:
         """Store tasks; with ``connection``, inside the caller's own transaction.
 
-        The caller's connection must be in a write transaction on this database
-        (one from ``store.engine.begin()`` is): the tasks exist if and only if
-        that transaction commits.
+        The caller's connection must be in a transaction on this database: an
+        SQLAlchemy ``Connection`` (one from ``store.engine.begin()`` is), or the
+        driver's own (a ``sqlite3.Connection`` in a transaction, a
+        ``psycopg.Connection`` in one or not in autocommit mode). The tasks exist
+        if and only if that transaction commits; nothing here commits it.
         """
         if connection is not None:
+            conn = (
+                connection
+                if isinstance(connection, Connection)
+                else borrow(connection, self.dialect, self.engine.dialect.loaded_dbapi)
+            )
             with translated("submitting tasks"):
-                return insert(self, connection, tasks, now)
+                return insert(self, conn, tasks, now)
         with self._write("submitting tasks") as conn:
             return insert(self, conn, tasks, now)
 

@@ -9,22 +9,20 @@ import itertools
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection
-
 from durablesched.records import DEFAULT_QUEUE, NewTask, Submitted
 from durablesched.store.sql.codec import dump
 from durablesched.store.sql.statements import SQL_ALLOCATE, SQL_ENSURE_QUEUE, SQL_FIND_KEY
-from durablesched.store.sql.transactions import Transactions
+from durablesched.store.sql.transactions import Executor, Transactions
 
 
 def insert(
-    tx: Transactions, conn: Connection, tasks: Sequence[NewTask], now: datetime
+    tx: Transactions, conn: Executor, tasks: Sequence[NewTask], now: datetime
 ) -> list[Submitted]:
     """Store ``tasks`` in ``conn``'s transaction; a task whose key is held is not stored."""
     if not tasks:
         return []
     if tx.dialect.lock_submissions is not None:
-        conn.execute(tx.dialect.lock_submissions)
+        conn.execute(tx.dialect.lock_submissions, {})
     if all(task.idempotency_key is None for task in tasks):
         # The bulk path: no key to look up, every task is new.
         ids = insert_new(tx, conn, tasks, now)
@@ -54,14 +52,14 @@ def insert(
     ]
 
 
-def record_submissions(tx: Transactions, conn: Connection, ids: range) -> None:
+def record_submissions(tx: Transactions, conn: Executor, ids: range) -> None:
     """Each new task's first history line, its submission: one INSERT ... SELECT over
     the ids just inserted (contiguous: allocated together), not one row per task."""
     tx._rows(conn, tx.dialect.submitted_events, {"first": ids.start, "last": ids.stop - 1})
 
 
 def insert_new(
-    tx: Transactions, conn: Connection, new: Sequence[NewTask], now: datetime
+    tx: Transactions, conn: Executor, new: Sequence[NewTask], now: datetime
 ) -> list[int]:
     """Insert tasks known to be new, with fresh ids; one executemany for them all."""
     end = conn.execute(SQL_ALLOCATE, {"n": len(new)}).scalar_one()

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, exc
+from sqlalchemy import Connection, Engine, TextClause, exc
 
 from durablesched.errors import StoreError
 from durablesched.states import TaskState
@@ -33,6 +33,18 @@ from durablesched.store.sql.statements import (
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
+
+
+class Executor(Protocol):
+    """What the submit path uses of a connection: an SQLAlchemy ``Connection`` is one, and
+    so is a caller's driver connection wrapped by :mod:`.borrowed`."""
+
+    @property
+    def connection(self) -> Any:
+        """The driver-level connection, whose ``cursor()`` the hot-path statements use."""
+        ...
+
+    def execute(self, statement: TextClause, parameters: dict[str, Any], /) -> Any: ...
 
 
 class Transactions:
@@ -210,7 +222,7 @@ class Transactions:
 
     # -- the hot path: straight to the driver ----------------------------------------------------
 
-    def _rows(self, conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    def _rows(self, conn: Executor, sql: str, params: dict[str, Any]) -> list[Any]:
         """A hot-path statement (from the dialect) straight through the driver: its rows."""
         cursor = conn.connection.cursor()
         try:
@@ -221,7 +233,7 @@ class Transactions:
         finally:
             cursor.close()
 
-    def _many(self, conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _many(self, conn: Executor, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """A driver-level statement once per row (history lines, keys, bulk inserts)."""
         cursor = conn.connection.cursor()
         try:
@@ -233,10 +245,10 @@ class Transactions:
 
     # -- what every change writes besides itself -------------------------------------------------
 
-    def _wake_others(self, conn: Connection) -> None:
+    def _wake_others(self, conn: Executor) -> None:
         """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
         if self.dialect.notify is not None:
-            conn.execute(self.dialect.notify)
+            conn.execute(self.dialect.notify, {})
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
         self,

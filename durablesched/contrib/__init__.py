@@ -1,0 +1,1 @@
+"""Integrations with frameworks: optional, each needing its extra, never imported by the core."""

@@ -1,0 +1,174 @@
+"""``DurableSchedBackend``: Django's task API on durablesched's queue, in the app's database.
+
+``Task.enqueue()`` inside ``transaction.atomic()`` writes the task on Django's
+own connection, in the block's transaction (``Scheduler.submit(connection=)``
+with the driver's connection): a rolled-back block leaves no task. Outside a
+block it commits at once, on the store's own connection. Reads go through the
+store, so a task enqueued in a block that has not committed yet is not found.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+
+from durablesched.clock import SystemClock
+from durablesched.contrib.django.database import store_for
+from durablesched.contrib.django.discovery import ProjectTasks
+from durablesched.contrib.django.results import payload, task_result
+from durablesched.errors import ConfigurationError, TaskNotFoundError
+from durablesched.records import CancelOutcome
+from durablesched.retry import DEFAULT_RETRY, RetryPolicy
+from durablesched.scheduler import Scheduler
+from durablesched.store.durability import DURABILITIES
+
+#: What OPTIONS may hold, and what each is (docs/django.md).
+OPTION_NAMES = ("database", "durability", "retry", "task_modules")
+#: The keys of OPTIONS["retry"]: RetryPolicy's fields (delays in seconds).
+RETRY_NAMES = ("max_attempts", "initial", "multiplier", "maximum", "jitter")
+
+
+class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is untyped
+    """A Django Tasks backend storing tasks in durablesched's tables in a Django database.
+
+    ``OPTIONS``: ``database`` (the Django database alias, default "default"),
+    ``durability`` ("full" or "normal"), ``retry`` (``max_attempts``,
+    ``initial``, ``multiplier``, ``maximum``, ``jitter``: durablesched's
+    :class:`RetryPolicy`, delays in seconds; default 5 attempts from 1 s
+    doubling), ``task_modules`` (modules holding tasks besides each installed
+    app's ``tasks``).
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - set(OPTION_NAMES))
+        if unknown:
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {unknown}; "
+                f"known: {', '.join(OPTION_NAMES)}"
+            )
+        self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
+        self.durability = self.options.get("durability", "full")
+        if self.durability not in DURABILITIES:
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS']['durability'] must be one of "
+                f"{', '.join(DURABILITIES)}, got {self.durability!r}"
+            )
+        self.retry = _retry_policy(alias, self.options.get("retry"))
+        self.tasks = ProjectTasks(alias, self.options.get("task_modules", ()))
+        self._scheduler: Scheduler | None = None
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """A scheduler on this backend's store (opened on first use, not at start-up)."""
+        store = store_for(self.database, self.durability)  # reopened if it was closed
+        if self._scheduler is None or self._scheduler.store is not store:
+            # The host's clock, as Django's timezone.now(): a deferred task is due at
+            # the time the app computed (PostgreSQL's leases still follow the server).
+            self._scheduler = Scheduler(store, clock=SystemClock())
+        return self._scheduler
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        self.tasks.check(task)
+        scheduler = self.scheduler
+        connection = connections[self.database]
+        raw = None
+        if connection.in_atomic_block:
+            connection.ensure_connection()
+            raw = connection.connection  # the driver's own, in the block's transaction
+        enqueued_at = scheduler.clock.now()
+        task_id = scheduler.submit(
+            task.module_path,
+            payload(args, kwargs),
+            at=task.run_after,
+            max_attempts=self.retry.max_attempts,
+            queue=task.queue_name,
+            priority=task.priority,
+            connection=raw,
+        )
+        result = TaskResult(
+            task=task,
+            id=str(task_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: Any) -> TaskResult:
+        task_id = _task_id(result_id)
+        scheduler = self.scheduler
+        try:
+            record = scheduler.get(task_id)
+            history = scheduler.history(task_id)
+        except TaskNotFoundError:
+            raise TaskResultDoesNotExist(result_id) from None
+        task = self.tasks.get(record.name)
+        if task is None:
+            raise TaskResultDoesNotExist(
+                f"{result_id}: its task {record.name!r} is not a task of this project"
+            )
+        return task_result(task, record, history, self.alias)
+
+    def cancel(self, result_id: Any) -> CancelOutcome:
+        """Cancel a task: see :meth:`durablesched.Scheduler.cancel` for what each outcome means."""
+        task_id = _task_id(result_id)
+        try:
+            return self.scheduler.cancel(task_id)
+        except TaskNotFoundError:
+            raise TaskResultDoesNotExist(result_id) from None
+
+
+def cancel(result_id: Any, *, backend: str = "default") -> CancelOutcome:
+    """Cancel the task of ``result_id`` on the durablesched backend ``backend``."""
+    chosen = task_backends[backend]
+    if not isinstance(chosen, DurableSchedBackend):
+        raise InvalidTaskBackend(f"task backend {backend!r} is not a DurableSchedBackend")
+    return chosen.cancel(result_id)
+
+
+def _task_id(result_id: Any) -> int:
+    """A result id as a task id; TaskResultDoesNotExist for one that cannot be any."""
+    text = str(result_id)
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise TaskResultDoesNotExist(result_id)
+    value = int(text)
+    if value > 2**63 - 1:
+        raise TaskResultDoesNotExist(result_id)
+    return value
+
+
+def _retry_policy(alias: str, options: Any) -> RetryPolicy:
+    if options is None:
+        return DEFAULT_RETRY
+    where = f"TASKS[{alias!r}]['OPTIONS']['retry']"
+    if not isinstance(options, dict) or set(options) - set(RETRY_NAMES):
+        raise InvalidTaskBackend(f"{where} must be a dict of {', '.join(RETRY_NAMES)}")
+    values = dict(options)
+    for name in ("initial", "maximum"):
+        if name in values:
+            values[name] = timedelta(seconds=values[name])
+    try:
+        return RetryPolicy(**values)
+    except (ConfigurationError, TypeError) as e:
+        raise InvalidTaskBackend(f"{where}: {e}") from None

@@ -1,0 +1,74 @@
+"""A durablesched worker running a Django project's tasks.
+
+Each task found by :mod:`.discovery` is registered under its module path with
+a small runner: Django's connections are checked (``close_old_connections``)
+before and after the attempt, ``task_started`` is sent before the function is
+called, and ``task_finished`` once the task's final outcome has committed
+(the worker's ``after_commit`` hook), never before. A retry is not a finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections
+from django.tasks import Task, TaskContext, TaskResult
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_finished, task_started
+from django.utils.json import normalize_json
+
+from durablesched.context import TaskContext as DurableContext
+from durablesched.contrib.django.backend import DurableSchedBackend
+from durablesched.records import Claim
+from durablesched.registry import TaskRegistry
+from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
+from durablesched.worker.loop import Worker
+
+#: The states after which a task runs no more: Django's task_finished is sent for these.
+FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+
+
+class DjangoTasks:
+    """The project's tasks as a durablesched registry, and the signals around them."""
+
+    def __init__(self, backend: DurableSchedBackend) -> None:
+        self.backend = backend
+        self.registry = TaskRegistry(default_retry=backend.retry)
+        for path, task in sorted(backend.tasks.by_path.items()):
+            self.registry.register(self._runner(task), name=path, pass_context=True)
+
+    def _runner(self, task: Task) -> Callable[..., Any]:
+        backend = self.backend
+
+        def run(ctx: DurableContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+            close_old_connections()
+            try:
+                result = backend.get_result(str(ctx.task_id))
+                task_started.send(type(backend), task_result=result)
+                if task.takes_context:
+                    value = task.call(TaskContext(task_result=result), *args, **kwargs)
+                else:
+                    value = task.call(*args, **kwargs)
+                return normalize_json(value)
+            finally:
+                close_old_connections()
+
+        run.__qualname__ = run.__name__ = f"run {task.module_path}"
+        return run
+
+    def after_commit(self, claim: Claim, state: TaskState | None) -> None:
+        """Send ``task_finished`` for a task whose final outcome has just committed."""
+        if state not in FINAL:
+            return
+        try:
+            result: TaskResult = self.backend.get_result(str(claim.task_id))
+        except TaskResultDoesNotExist:
+            return  # purged already
+        task_finished.send(type(self.backend), task_result=result)
+
+    def worker(self, **options: Any) -> Worker:
+        """A worker on the backend's store running these tasks (``options``: Worker's)."""
+        scheduler = Scheduler(self.backend.scheduler.store, registry=self.registry)
+        return Worker(scheduler, after_commit=self.after_commit, **options)

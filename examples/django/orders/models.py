@@ -1,0 +1,6 @@
+from django.db import models
+
+
+class Order(models.Model):
+    email = models.EmailField()
+    placed_at = models.DateTimeField(auto_now_add=True)

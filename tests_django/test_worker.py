@@ -1,0 +1,259 @@
+"""``manage.py durablesched_worker``: it runs the project's tasks, retries them, orders them by
+priority, keeps deferred ones, and sends Django's signals (``task_finished`` after commit)."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError
+from django.db import connections
+from django.tasks import TaskResult, TaskResultStatus, task_backends
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+
+from durablesched.contrib.django.database import store_for
+from tests_django.conftest import WAIT, work
+from tests_django.testapp.tasks import (
+    add,
+    async_add,
+    attempt_number,
+    boom,
+    hold,
+    record,
+    send,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_worker_runs_a_task_and_the_result_says_so(alias: str) -> None:
+    result = add.using(backend=alias).enqueue(2, b=3)
+    work(alias)
+    result.refresh()
+    assert result.status is TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.errors == [] and result.attempts == 1
+    assert len(result.worker_ids) == 1 and result.worker_ids[0]
+    assert result.enqueued_at <= result.started_at == result.last_attempted_at
+    assert result.started_at <= result.finished_at
+
+
+def test_an_async_task_runs(alias: str) -> None:
+    result = async_add.using(backend=alias).enqueue(20, 22)
+    work(alias)
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+
+
+def test_a_failing_task_is_retried_then_failed_with_its_error(alias: str) -> None:
+    result = boom.using(backend=alias).enqueue("no luck")
+    work(alias)  # OPTIONS retry: 2 attempts, no delay
+    result.refresh()
+    assert result.status is TaskResultStatus.FAILED
+    assert result.attempts == 2 and result.started_at < result.last_attempted_at
+    [error] = result.errors
+    assert error.exception_class is ValueError
+    assert "no luck" in error.traceback and "Traceback" in error.traceback
+    with pytest.raises(ValueError, match="failed"):
+        _ = result.return_value
+
+
+def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: str) -> None:
+    result = attempt_number.using(backend=alias).enqueue(fail_first=True)
+    work(alias)
+    result.refresh()
+    assert (result.status, result.return_value, result.attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        2,
+        2,
+    )
+
+
+def test_a_deferred_task_waits_for_its_time(alias: str) -> None:
+    later = add.using(backend=alias, run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
+    now = add.using(backend=alias).enqueue(2, 2)
+    work(alias)
+    later.refresh()
+    now.refresh()
+    assert later.status is TaskResultStatus.READY
+    assert now.status is TaskResultStatus.SUCCESSFUL
+
+
+def test_higher_priority_runs_first(alias: str, tmp_path: Path) -> None:
+    out = tmp_path / "order.txt"
+    for priority in (-10, 50, 0, 100, -100):
+        record.using(backend=alias, priority=priority).enqueue(str(out), str(priority))
+    work(alias, "--concurrency", "1")
+    assert out.read_text().split() == ["100", "50", "0", "-10", "-100"]
+
+
+def test_a_worker_serves_only_the_queues_it_is_given(alias: str) -> None:
+    mail = send.using(backend=alias).enqueue("a@example.com")
+    sums = add.using(backend=alias).enqueue(1, 2)
+    work(alias, "--queue", "default")
+    mail.refresh()
+    sums.refresh()
+    assert (mail.status, sums.status) == (TaskResultStatus.READY, TaskResultStatus.SUCCESSFUL)
+    work(alias, "--queue", "emails=2")
+    mail.refresh()
+    assert mail.return_value == {"to": "a@example.com", "subject": ""}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "nope"], "not in TASKS"),
+        (["--queue", "emails=0"], "--queue emails"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--backend", "missing"], "missing"),
+    ],
+)
+def test_bad_worker_options_are_refused(alias: str, args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        work(alias, *args)
+
+
+@pytest.fixture
+def signals() -> Iterator[list[tuple[str, TaskResult, Any]]]:
+    """(signal, task result, the stored state when it was sent) for each signal sent."""
+    seen: list[tuple[str, TaskResult, Any]] = []
+
+    def listener(name: str) -> Any:
+        def receive(sender: Any, task_result: TaskResult, **kwargs: Any) -> None:
+            backend = task_backends[task_result.backend]
+            stored = store_for(backend.database).get(int(task_result.id))
+            seen.append((name, task_result, stored.state if stored else None))
+
+        return receive
+
+    receivers = {
+        task_enqueued: listener("enqueued"),
+        task_started: listener("started"),
+        task_finished: listener("finished"),
+    }
+    for sent, receiver in receivers.items():
+        sent.connect(receiver)
+    yield seen
+    for sent, receiver in receivers.items():
+        sent.disconnect(receiver)
+
+
+def test_signals_are_sent_and_finished_only_after_the_commit(
+    alias: str, signals: list[tuple[str, TaskResult, Any]]
+) -> None:
+    ok = add.using(backend=alias).enqueue(1, 1)
+    bad = boom.using(backend=alias).enqueue("x")
+    work(alias, "--concurrency", "1")
+    by_task = {
+        task_id: [(name, r.status, state) for name, r, state in signals if r.id == task_id]
+        for task_id in (ok.id, bad.id)
+    }
+    assert by_task[ok.id] == [
+        ("enqueued", TaskResultStatus.READY, "PENDING"),
+        ("started", TaskResultStatus.RUNNING, "RUNNING"),
+        ("finished", TaskResultStatus.SUCCESSFUL, "SUCCEEDED"),
+    ]
+    # Two attempts, one finish: a retry is not the end of a task.
+    assert by_task[bad.id] == [
+        ("enqueued", TaskResultStatus.READY, "PENDING"),
+        ("started", TaskResultStatus.RUNNING, "RUNNING"),
+        ("started", TaskResultStatus.RUNNING, "RUNNING"),
+        ("finished", TaskResultStatus.FAILED, "FAILED"),
+    ]
+
+
+def _worker_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests_django.settings",
+        "PYTHONPATH": str(ROOT),
+        # The worker opens the test databases, not the ones the settings would name.
+        "DURABLESCHED_DJANGO_SQLITE": connections["default"].settings_dict["NAME"],
+        "DURABLESCHED_DJANGO_PG": connections["pg"].settings_dict["NAME"]
+        if "pg" in connections
+        else "",
+    }
+
+
+def test_the_command_runs_as_its_own_process(alias: str) -> None:
+    results = [add.using(backend=alias).enqueue(n, n) for n in range(5)]
+    env = _worker_env()
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "durablesched_worker", "--burst", "--backend", alias],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "burst done: nothing remains" in done.stdout
+    for n, result in enumerate(results):
+        result.refresh()
+        assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 2 * n)
+
+
+def _until(predicate: Any, what: str) -> None:
+    """Poll (a process's doing) until ``predicate()``, for at most WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_lets_the_running_task_finish_and_starts_nothing_new(
+    alias: str, tmp_path: Path, signum: int
+) -> None:
+    started, go = tmp_path / "started", tmp_path / "go"
+    held = hold.using(backend=alias).enqueue(str(started), str(go))
+    waiting = add.using(backend=alias, priority=-1).enqueue(1, 1)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias,
+         "--concurrency", "1"],
+        env=_worker_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        _until(started.exists, "the task to start")
+        worker.send_signal(signum)
+        _until(lambda: "no new claims" in _read_so_far(worker), "the worker to hear the signal")
+        go.touch()
+        _, err = worker.communicate(timeout=WAIT)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, err
+    held.refresh()
+    waiting.refresh()
+    assert (held.status, held.return_value) == (TaskResultStatus.SUCCESSFUL, "held")
+    assert waiting.status is TaskResultStatus.READY
+
+
+_SEEN: dict[int, str] = {}
+
+
+def _read_so_far(process: subprocess.Popen[str]) -> str:
+    """What the process wrote on stderr so far (read line by line, without blocking long)."""
+    assert process.stderr is not None
+    ready, _, _ = select.select([process.stderr], [], [], 0.05)
+    if ready:
+        _SEEN[process.pid] = _SEEN.get(process.pid, "") + process.stderr.readline()
+    return _SEEN.get(process.pid, "")
