@@ -116,7 +116,7 @@ SOAK = os.environ.get("DURABLESCHED_SOAK", "") not in ("", "0")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Seconds each backend's machine runs for (SQLite, then PostgreSQL, each this long).
 DIFF_SECONDS = float(
-    os.environ.get("DURABLESCHED_DIFF_SECONDS") or (300 if SOAK else 60 if IN_CI else 20)
+    os.environ.get("DURABLESCHED_DIFF_SECONDS") or (300 if SOAK else 40 if IN_CI else 20)
 )
 #: Steps per example.
 STEPS = 60 if SOAK else 35
