@@ -7,6 +7,7 @@ the write lock is held for the statements alone.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
@@ -18,10 +19,10 @@ from durablesched.queues import QueueLimits, Rate
 from durablesched.records import Claim, effective_key
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
+    QUEUE_ROWS,
     SQL_FORGET_STARTS,
     SQL_IN_PROCESS,
     SQL_QUEUE_STARTS,
-    SQL_QUEUES,
     SQL_REMEMBER_START,
     SQL_RUNNING_IN_QUEUE,
 )
@@ -49,7 +50,7 @@ def claim_rows(
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
-    stored = {r.name: queue_limits(r) for r in conn.execute(SQL_QUEUES)}
+    stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.driver(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
     allowed = _allowances(tx, conn, stored, wanted, now)
     arms = [(q, min(n, limit)) for q, n in sorted(allowed.items()) if n > 0]
@@ -89,11 +90,18 @@ def claim_rows(
 
 
 def queue_limits(row: Any) -> QueueLimits:
-    """A ``durablesched_queues`` row as the limits it stores."""
-    rate = None
-    if row.rate_count is not None:
-        rate = Rate(row.rate_count, timedelta(seconds=row.rate_seconds))
-    return QueueLimits(row.name, row.concurrency, rate, bool(row.paused))
+    """A ``durablesched_queues`` row (name, concurrency, rate_count, rate_seconds, paused)
+    as the limits it stores."""
+    name, concurrency, rate_count, rate_seconds, paused = row
+    rate = None if rate_count is None else Rate(rate_count, timedelta(seconds=rate_seconds))
+    return QueueLimits(name, concurrency, rate, bool(paused))
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_limits(rows: tuple[tuple[Any, ...], ...]) -> dict[str, QueueLimits]:
+    """The limits of every queue, from the rows every claim reads: the same rows (the
+    usual case) are parsed and checked once. Callers must not change the dict."""
+    return {row[0]: queue_limits(row) for row in rows}
 
 
 def _allowances(

@@ -62,10 +62,11 @@ SQL_ENSURE_QUEUE = text(
 # -- queues --------------------------------------------------------------------------------------
 
 #: Every queue and its limits.
-SQL_QUEUES = text(
+QUEUE_ROWS = (
     "SELECT name, concurrency, rate_count, rate_seconds, paused FROM durablesched_queues "
     "ORDER BY name"
 )
+SQL_QUEUES = text(QUEUE_ROWS)
 #: A queue's limits set (the row made if new).
 SQL_PUT_QUEUE = text(
     "INSERT INTO durablesched_queues (name, concurrency, rate_count, rate_seconds, paused, "
