@@ -43,6 +43,16 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
+def attempts_of(db: Path | str, task_id: int) -> int:
+    store = open_store(db)
+    try:
+        task = store.get(task_id)
+    finally:
+        store.close()
+    assert task is not None
+    return task.attempts
+
+
 def state_of(db: Path | str, task_id: int) -> TaskState:
     store = open_store(str(db))
     try:
@@ -311,8 +321,11 @@ def test_a_second_signal_exits_at_once_and_the_lease_is_reclaimed_later(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(DEADLINE) == 128 + signal.SIGTERM
     assert state_of(db, slow) is TaskState.RUNNING  # not given back: the lease will lapse
-    rescuer = workers.start("--burst", concurrency=1, lease=1)
-    wait_for(lambda: state_of(db, slow) is not TaskState.RUNNING, "the reclaim")
+    rescuer = workers.start("--burst", "--grace", "1", concurrency=1, lease=1)
+    # Reclaimed (RETRY_WAIT for a moment), then run again by the rescuer: a burst
+    # runs what a lapsed lease gives back (issue 17 item 1).
+    wait_for(lambda: attempts_of(db, slow) >= 2, "the reclaim and a second attempt")
+    assert "lost its lease -> RETRY_WAIT" in workers.log(1)
     rescuer.send_signal(signal.SIGTERM)
     rescuer.wait(DEADLINE)
 
