@@ -35,8 +35,7 @@ MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_QUEUE_LENGTH = 100
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _RATE = re.compile(r"\s*(\d{1,9})\s*/\s*(\d{0,9})\s*(s|sec|second|m|min|minute|h|hour)\s*")
-_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600}
-_UNITS["hour"] = 3600
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 
 
 def check_queue(name: object, what: str = "queue") -> str:
