@@ -240,20 +240,25 @@ def test_a_signal_lets_the_running_task_finish_and_starts_nothing_new(
         if worker.poll() is None:
             worker.kill()
             worker.communicate()
-    assert worker.returncode == 0, err
+    assert worker.returncode == 0, _SEEN.get(id(worker), b"").decode(errors="replace") + err
     held.refresh()
     waiting.refresh()
     assert (held.status, held.return_value) == (TaskResultStatus.SUCCESSFUL, "held")
     assert waiting.status is TaskResultStatus.READY
 
 
-_SEEN: dict[int, str] = {}
+_SEEN: dict[int, bytes] = {}
 
 
 def _read_so_far(process: subprocess.Popen[str]) -> str:
-    """What the process wrote on stderr so far (read line by line, without blocking long)."""
+    """What the process wrote on stderr so far, read from the pipe itself without blocking long.
+
+    ``os.read`` on the descriptor, not ``readline`` on the text wrapper: the wrapper would pull
+    several lines into its own buffer, where ``select`` cannot see them, and a line already
+    written would stay unread until the process wrote another."""
     assert process.stderr is not None
-    ready, _, _ = select.select([process.stderr], [], [], 0.05)
+    fd = process.stderr.fileno()
+    ready, _, _ = select.select([fd], [], [], 0.05)
     if ready:
-        _SEEN[process.pid] = _SEEN.get(process.pid, "") + process.stderr.readline()
-    return _SEEN.get(process.pid, "")
+        _SEEN[id(process)] = _SEEN.get(id(process), b"") + os.read(fd, 65536)
+    return _SEEN.get(id(process), b"").decode(errors="replace")
