@@ -1,5 +1,7 @@
 """durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL)."""
 
+from .attempts import AttemptInfo as AttemptInfo
+from .attempts import AttemptOutcome as AttemptOutcome
 from .clock import Clock as Clock
 from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
@@ -53,6 +55,8 @@ from .store.sql.sqlite import SQLiteStore as SQLiteStore
 from .worker.loop import Worker as Worker
 
 __all__ = [
+    "AttemptInfo",
+    "AttemptOutcome",
     "CancelOutcome",
     "Claim",
     "Clock",

@@ -239,6 +239,9 @@ class TaskEvent:
     state: TaskState
     attempt: int
     detail: str | None
+    #: On the line that ends a failed attempt (RETRY_WAIT or FAILED after RUNNING):
+    #: that attempt's error, class path and traceback included.
+    error: ErrorInfo | None = None
 
 
 class CancelOutcome(StrEnum):

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from durablesched.attempts import AttemptInfo, attempts_from_history
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
@@ -157,6 +158,15 @@ class Scheduler:
         if not events:
             raise TaskNotFoundError(f"no task with id {task_id}")
         return events
+
+    def attempts(self, task_id: int) -> list[AttemptInfo]:
+        """Every attempt of the task, oldest first: its number, worker, start, end,
+        outcome and (for a failure) error, read from its history in one read.
+
+        A claim given back by a stopping worker is listed (RELEASED) though it did
+        not count; :class:`TaskNotFoundError` for an unknown id.
+        """
+        return attempts_from_history(self.history(task_id))
 
     def list_tasks(
         self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100

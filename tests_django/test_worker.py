@@ -63,9 +63,11 @@ def test_a_failing_task_is_retried_then_failed_with_its_error(alias: str) -> Non
     result.refresh()
     assert result.status is TaskResultStatus.FAILED
     assert result.attempts == 2 and result.started_at < result.last_attempted_at
-    [error] = result.errors
-    assert error.exception_class is ValueError
-    assert "no luck" in error.traceback and "Traceback" in error.traceback
+    assert len(result.errors) == 2  # one per failed attempt, oldest first
+    for error in result.errors:
+        assert error.exception_class is ValueError
+        assert "no luck" in error.traceback and "Traceback" in error.traceback
+    assert len(result.worker_ids) == 2 and all(result.worker_ids)
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
 
@@ -79,6 +81,8 @@ def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: 
         2,
         2,
     )
+    [error] = result.errors  # the first attempt's, though the task succeeded
+    assert error.exception_class is RuntimeError and "first attempt fails" in error.traceback
 
 
 def test_a_deferred_task_waits_for_its_time(alias: str) -> None:

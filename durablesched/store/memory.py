@@ -814,7 +814,7 @@ class MemoryStore:
         )
         self._running.discard(task.id)
         heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
-        self._event(task, now, detail)
+        self._event(task, now, detail, error)
 
     def _finish(
         self,
@@ -845,14 +845,18 @@ class MemoryStore:
             del self._keys[key]
         if detail is None and error is not None:
             detail = error.message
-        self._event(task, now, detail)
+        self._event(task, now, detail, error if state is TaskState.FAILED else None)
 
     def _put(self, task: TaskRecord) -> TaskRecord:
         self._tasks[task.id] = task
         return task
 
-    def _event(self, task: TaskRecord, now: datetime, detail: str | None) -> None:
-        self._events[task.id].append(TaskEvent(task.id, now, task.state, task.attempts, detail))
+    def _event(
+        self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None
+    ) -> None:
+        self._events[task.id].append(
+            TaskEvent(task.id, now, task.state, task.attempts, detail, error)
+        )
 
     def _maybe_compact(self) -> None:
         size = self.heap_size
