@@ -72,6 +72,33 @@ def test_a_failing_task_is_retried_then_failed_with_its_error(alias: str) -> Non
         _ = result.return_value
 
 
+def test_a_row_naming_no_task_of_the_project_fails_at_once(alias: str) -> None:
+    # As a removed task leaves it: enqueued by an older version of the project.
+    backend = task_backends[alias]
+    gone = backend.scheduler.submit(
+        "tests_django.testapp.tasks.removed", {"args": [], "kwargs": {}}, max_attempts=5
+    )
+    kept = add.using(backend=alias).enqueue(1, 2)
+    work(alias)
+    stored = store_for(alias).get(gone)
+    assert stored is not None and (stored.state.value, stored.attempts) == ("FAILED", 1)
+    assert stored.last_error is not None
+    assert stored.last_error.type == "durablesched.UnknownTaskNameError"
+    assert "'tests_django.testapp.tasks.removed'" in stored.last_error.message
+    kept.refresh()
+    assert kept.status is TaskResultStatus.SUCCESSFUL
+
+
+def test_told_to_skip_them_the_worker_leaves_such_a_row(alias: str) -> None:
+    backend = task_backends[alias]
+    gone = backend.scheduler.submit(
+        "tests_django.testapp.tasks.removed", {"args": [], "kwargs": {}}
+    )
+    work(alias, "--unknown-tasks", "skip")
+    stored = store_for(alias).get(gone)
+    assert stored is not None and stored.state.value == "PENDING"
+
+
 def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: str) -> None:
     result = attempt_number.using(backend=alias).enqueue(fail_first=True)
     work(alias)

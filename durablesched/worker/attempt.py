@@ -24,7 +24,12 @@ from datetime import timedelta
 from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
-from durablesched.errors import DurableSchedError, TaskCancelled, TaskTimeout
+from durablesched.errors import (
+    DurableSchedError,
+    TaskCancelled,
+    TaskTimeout,
+    UnknownTaskNameError,
+)
 from durablesched.records import Claim, Environment, ErrorInfo, Outcome
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
@@ -58,6 +63,7 @@ class AttemptRunner:
         self._slots = slots
         self._environment = options.environment
         self._cancel_grace = options.cancel_grace
+        self._fail_unknown = options.unknown_tasks == "fail"
         self._rng = rng
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
@@ -72,10 +78,13 @@ class AttemptRunner:
         for claim in claims:
             signals = AttemptSignals()
             ctx = TaskContext(claim, self._scheduler, signals)
-            definition = self._registry.get(claim.name)
-            ctx.environment = self.environment_of(definition)
-            if definition.timeout is not None:
-                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            if claim.name in self._registry:  # an unknown one (unknown_tasks="fail") fails
+                definition = self._registry.get(claim.name)
+                ctx.environment = self.environment_of(definition)
+                if definition.timeout is not None:
+                    ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            else:
+                ctx.environment = Environment.THREAD
             started.append(Running(claim, ctx, signals))
         return started
 
@@ -83,6 +92,16 @@ class AttemptRunner:
         """One attempt, where its task says; None if it was already recorded (enforced)."""
         claim, ctx = running.claim, running.context
         started = time.monotonic()
+        if claim.name not in self._registry:
+            # Claimed by a worker told to fail what it cannot run (unknown_tasks="fail"):
+            # no attempt could do better, so it is not retried.
+            unknown = UnknownTaskNameError(
+                f"no task is registered under the name {claim.name!r} in worker "
+                f"{claim.owner} (unknown_tasks='fail'): failed without running"
+            )
+            return Outcome(
+                claim, error=ErrorInfo.recorded(UnknownTaskNameError, str(unknown)), retry_at=None
+            )
         try:
             definition = self._registry.get(claim.name)
             mismatch = self._mismatch(definition, claim, ctx)
@@ -220,6 +239,11 @@ class AttemptRunner:
         if definition.environment is not None:
             return Environment(definition.environment)
         return self._environment
+
+    def claim_names(self) -> frozenset[str] | None:
+        """The names this worker claims: its registry's, or every name (None) when it
+        fails the tasks it cannot run (``unknown_tasks="fail"``)."""
+        return None if self._fail_unknown else self._registry.names
 
     def process_names(self) -> frozenset[str]:
         """The names whose attempts run in a child process (their cancel is enforced)."""

@@ -69,6 +69,12 @@ class DjangoTasks:
         task_finished.send(type(self.backend), task_result=result)
 
     def worker(self, **options: Any) -> Worker:
-        """A worker on the backend's store running these tasks (``options``: Worker's)."""
+        """A worker on the backend's store running these tasks (``options``: Worker's).
+
+        A row naming no task of the project fails at once (``unknown_tasks="fail"``)
+        unless ``options`` say otherwise: the project's worker runs every task of
+        its backend, so no other worker would ever run it.
+        """
+        options.setdefault("unknown_tasks", "fail")
         scheduler = Scheduler(self.backend.scheduler.store, registry=self.registry)
         return Worker(scheduler, after_commit=self.after_commit, **options)
