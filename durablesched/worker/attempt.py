@@ -124,7 +124,9 @@ class AttemptRunner:
             if ctx.timed_out:  # the async timeout: cancelled at its next await
                 return self.failure(claim, _overran(definition, started))
             return self.failure(claim, exc)
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
+            # per its policy), not the worker's: no signal raises them on a task thread.
             return self.failure(claim, exc)
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
@@ -218,12 +220,21 @@ class AttemptRunner:
                 awaitable = definition.fn(ctx, **claim.args)
             else:
                 awaitable = definition.fn(**claim.args)
-            if ctx.deadline is None:
-                return await awaitable
-            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
-                return await awaitable
+            try:
+                if ctx.deadline is None:
+                    return await awaitable
+                async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
+                    return await awaitable
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # Let out of a coroutine, asyncio re-raises these in the event loop,
+                # which would stop it for every async task of the worker: carried
+                # out as a value instead, and raised on the task thread.
+                return _Exit(exc)
 
-        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+        value = asyncio.run_coroutine_threadsafe(call(), loop).result()
+        if isinstance(value, _Exit):
+            raise value.exc
+        return value
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
@@ -269,6 +280,15 @@ class AttemptRunner:
 
     def retry_delay(self, name: str, attempt: int) -> timedelta:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+class _Exit:
+    """A SystemExit or KeyboardInterrupt an async task raised, carried off the event loop."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: SystemExit | KeyboardInterrupt) -> None:
+        self.exc = exc
 
 
 class _ArgumentCheck:
