@@ -13,8 +13,21 @@ from typing import Any, NamedTuple, TypedDict
 from durablesched.errors import ConfigurationError, DurableSchedError
 from durablesched.states import TaskState
 
-#: A task's JSON arguments: an object whose members become keyword arguments.
+#: A task's JSON arguments: an object whose members become keyword arguments, and
+#: whose member :data:`POSITIONAL` (if any) holds the positional ones, in order.
 JSONArgs = dict[str, Any]
+#: The member of a task's stored arguments that holds its positional arguments:
+#: no keyword argument can be called so (a keyword is an identifier).
+POSITIONAL = "*args"
+
+
+def call_args(stored: JSONArgs) -> tuple[list[Any], dict[str, Any]]:
+    """Stored arguments as the call takes them: (positional, keyword)."""
+    if POSITIONAL not in stored:
+        return [], stored
+    keywords = dict(stored)
+    positional = keywords.pop(POSITIONAL)
+    return list(positional), keywords
 
 
 class Environment(StrEnum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +55,13 @@ class Scheduler:
         connection: Connection | DBAPIConnection | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        positional: Sequence[Any] | None = None,
     ) -> int:
         """Store a task and return its id.
+
+        ``args`` are its keyword arguments (a mapping), ``positional`` its
+        positional ones (a list or tuple): the worker calls ``fn(*positional,
+        **args)``. Both are stored as JSON, never pickled.
 
         Due at ``at`` (timezone-aware), after ``delay`` (a timedelta or
         seconds), or now. With ``key``, a task already holding that key (one
@@ -77,6 +82,7 @@ class Scheduler:
             registry=self.registry,
             queue=queue,
             priority=priority,
+            positional=positional,
         )
         return self._store([task], connection)[0]
 

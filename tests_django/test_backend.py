@@ -52,6 +52,14 @@ def test_an_enqueued_task_is_ready_and_read_back(alias: str) -> None:
         _ = read.return_value
 
 
+def test_arguments_are_stored_as_durablesched_s_own(alias: str) -> None:
+    """Positional ones under "*args", keywords as members: what `durablesched show` and
+    the core's worker read, and JSON only."""
+    result = add.using(backend=alias).enqueue(1, b=2)
+    stored = store_for(alias).get(int(result.id))
+    assert stored is not None and stored.args == {"*args": [1], "b": 2}
+
+
 def test_queue_and_priority_are_the_rows(alias: str) -> None:
     result = send.using(backend=alias, priority=7).enqueue("a@example.com", subject="hi")
     stored = store_for(alias).get(int(result.id))

@@ -30,7 +30,7 @@ from durablesched.errors import (
     TaskTimeout,
     UnknownTaskNameError,
 )
-from durablesched.records import Claim, Environment, ErrorInfo, Outcome
+from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.submission import canonical_json
@@ -111,10 +111,8 @@ class AttemptRunner:
                 return self._run_in_process(definition, claim, ctx, running.signals)
             if definition.is_async:
                 value: Any = self._run_async(definition, claim, ctx, running.signals)
-            elif definition.pass_context:
-                value = definition.fn(ctx, **claim.args)
             else:
-                value = definition.fn(**claim.args)
+                value = _call(definition, claim, ctx)
             result = canonical_json(value, f"the result of task {claim.name!r}")
         except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if ctx.cancel_requested:
@@ -148,15 +146,17 @@ class AttemptRunner:
             check = self._checks[claim.name] = _ArgumentCheck(definition)
         if check.fits(claim.args):
             return None
+        positional, keywords = call_args(claim.args)
         try:
             if definition.pass_context:
-                check.bind(ctx, **claim.args)
+                check.bind(ctx, *positional, **keywords)
             else:
-                check.bind(**claim.args)
+                check.bind(*positional, **keywords)
         except TypeError as exc:
+            stored = sorted(keywords) + ([f"{len(positional)} positional"] if positional else [])
             return TypeError(
                 f"task {claim.name!r} cannot take its stored arguments "
-                f"{sorted(claim.args)}: {exc} (not retried: every attempt would fail so)"
+                f"{stored}: {exc} (not retried: every attempt would fail so)"
             )
         return None
 
@@ -216,10 +216,11 @@ class AttemptRunner:
             task = asyncio.current_task()
             assert task is not None
             signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            positional, keywords = call_args(claim.args)
             if definition.pass_context:
-                awaitable = definition.fn(ctx, **claim.args)
+                awaitable = definition.fn(ctx, *positional, **keywords)
             else:
-                awaitable = definition.fn(**claim.args)
+                awaitable = definition.fn(*positional, **keywords)
             try:
                 if ctx.deadline is None:
                     return await awaitable
@@ -282,6 +283,14 @@ class AttemptRunner:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
 
 
+def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
+    """The task's function with its stored arguments (and the context, if it takes one)."""
+    positional, keywords = call_args(claim.args)
+    if definition.pass_context:
+        return definition.fn(ctx, *positional, **keywords)
+    return definition.fn(*positional, **keywords)
+
+
 class _Exit:
     """A SystemExit or KeyboardInterrupt an async task raised, carried off the event loop."""
 
@@ -332,7 +341,7 @@ class _ArgumentCheck:
     def fits(self, args: dict[str, Any]) -> bool:
         """True if ``args`` surely fit; False if ``bind`` must say."""
         required = self.required
-        if required is None:
+        if required is None or POSITIONAL in args:
             return False
         names = args.keys()
         return names >= required and (self.any_name or names <= self.accepted)

@@ -21,7 +21,7 @@ from django.tasks.signals import task_enqueued
 from durablesched.clock import SystemClock
 from durablesched.contrib.django.database import store_for
 from durablesched.contrib.django.discovery import ProjectTasks
-from durablesched.contrib.django.results import payload, task_result
+from durablesched.contrib.django.results import task_result
 from durablesched.errors import ConfigurationError, TaskNotFoundError
 from durablesched.records import CancelOutcome
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
@@ -91,7 +91,8 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
         enqueued_at = scheduler.clock.now()
         task_id = scheduler.submit(
             task.module_path,
-            payload(args, kwargs),
+            dict(kwargs),
+            positional=list(args),
             at=task.run_after,
             max_attempts=self.retry.max_attempts,
             queue=task.queue_name,

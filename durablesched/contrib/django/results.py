@@ -17,14 +17,13 @@ attempts (:func:`durablesched.attempts.attempts_from_history`).
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask
 
 from durablesched.attempts import AttemptOutcome, attempts_from_history
-from durablesched.records import ErrorInfo, TaskEvent, TaskRecord
+from durablesched.records import ErrorInfo, TaskEvent, TaskRecord, call_args
 from durablesched.states import TaskState
 
 STATUS = {
@@ -35,11 +34,6 @@ STATUS = {
     TaskState.FAILED: TaskResultStatus.FAILED,
     TaskState.CANCELLED: TaskResultStatus.FAILED,
 }
-
-
-def payload(args: Any, kwargs: Any) -> dict[str, Any]:
-    """A Django call's arguments as one task's stored arguments."""
-    return {"args": list(args), "kwargs": dict(kwargs)}
 
 
 def task_result(
@@ -61,7 +55,7 @@ def task_result(
     # settings changed since and refuse them, the task as defined will do).
     with contextlib.suppress(InvalidTask):
         task = task.using(priority=record.priority, queue_name=record.queue)
-    stored = record.args if isinstance(record.args, dict) else {}
+    positional, keywords = call_args(record.args)
     result = TaskResult(
         task=task,
         id=str(record.id),
@@ -70,8 +64,8 @@ def task_result(
         started_at=attempts[0].started_at if attempts else None,
         last_attempted_at=attempts[-1].started_at if attempts else None,
         finished_at=record.finished_at,
-        args=list(stored.get("args", [])),
-        kwargs=dict(stored.get("kwargs", {})),
+        args=positional,
+        kwargs=dict(keywords),
         backend=backend,
         errors=[e for e in errors if e is not None],
         worker_ids=[a.worker_id for a in attempts],

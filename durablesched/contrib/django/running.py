@@ -42,7 +42,7 @@ class DjangoTasks:
     def _runner(self, task: Task) -> Callable[..., Any]:
         backend = self.backend
 
-        def run(ctx: DurableContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        def run(ctx: DurableContext, /, *args: Any, **kwargs: Any) -> Any:
             close_old_connections()
             try:
                 result = backend.get_result(str(ctx.task_id))
