@@ -34,6 +34,7 @@ from .records import ErrorInfo as ErrorInfo
 from .records import Finding as Finding
 from .records import HealthReport as HealthReport
 from .records import QueueStats as QueueStats
+from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
@@ -95,6 +96,7 @@ __all__ = [
     "SchemaMissingError",
     "Store",
     "StoreError",
+    "Submitted",
     "SystemClock",
     "TaskCancelled",
     "TaskContext",

@@ -131,10 +131,12 @@ class NewTask(NamedTuple):
 
 
 class Submitted(NamedTuple):
-    """What a submit did: the task's id, and False if a live task already had the key."""
+    """What a submit did: the task's id, False if a live task already had the key, and
+    when the task (that one, then) was stored: its ``created_at``, known without a read."""
 
     task_id: int
     created: bool
+    enqueued_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -661,7 +661,8 @@ class MemoryStore:
 
     def _insert(self, new: NewTask, now: datetime) -> Submitted:
         if new.idempotency_key is not None and new.idempotency_key in self._keys:
-            return Submitted(self._keys[new.idempotency_key], created=False)
+            holder = self._tasks[self._keys[new.idempotency_key]]
+            return Submitted(holder.id, False, holder.created_at)
         task_id = self._next_id
         self._next_id += 1
         task = TaskRecord(
@@ -694,7 +695,7 @@ class MemoryStore:
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))
-        return Submitted(task_id, created=True)
+        return Submitted(task_id, True, now)
 
     def _promote(self, now: datetime) -> None:
         """Move every task due by ``now`` from the time heap to its queue's ready heap."""

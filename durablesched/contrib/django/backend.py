@@ -88,8 +88,7 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
         if connection.in_atomic_block:
             connection.ensure_connection()
             raw = connection.connection  # the driver's own, in the block's transaction
-        enqueued_at = scheduler.clock.now()
-        task_id = scheduler.submit(
+        submitted = scheduler.submit_info(
             task.module_path,
             dict(kwargs),
             positional=list(args),
@@ -101,9 +100,9 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
         )
         result = TaskResult(
             task=task,
-            id=str(task_id),
+            id=str(submitted.task_id),
             status=TaskResultStatus.READY,
-            enqueued_at=enqueued_at,
+            enqueued_at=submitted.enqueued_at,  # the stored time, from the one write
             started_at=None,
             last_attempted_at=None,
             finished_at=None,

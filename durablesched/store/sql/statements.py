@@ -45,7 +45,7 @@ SQL_ALLOCATE = text(
 )
 #: The task holding idempotency key ``:key``, if any (PENDING to SUCCEEDED hold it).
 SQL_FIND_KEY = text(
-    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
+    "SELECT id, created_at FROM tasks WHERE idempotency_key = :key AND "
     "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
 )
 #: New tasks, straight to the driver's executemany; ``{p}`` is its placeholder.
