@@ -293,3 +293,66 @@ def _read_so_far(process: subprocess.Popen[str]) -> str:
     if ready:
         _SEEN[id(process)] = _SEEN.get(id(process), b"") + os.read(fd, 65536)
     return _SEEN.get(id(process), b"").decode(errors="replace")
+
+
+def _start_worker(alias: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias, *args],
+        env=_worker_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The process's output once it exits (within WAIT seconds; killed otherwise)."""
+    try:
+        return process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_a_task_whose_worker_is_killed_is_finished_by_another(alias: str, tmp_path: Path) -> None:
+    started, go = tmp_path / "started", tmp_path / "go"
+    held = hold.using(backend=alias).enqueue(str(started), str(go))
+    killed = _start_worker(alias, "--concurrency", "1", "--lease", "1")
+    try:
+        _until(started.exists, "the task to start")
+        killed.send_signal(signal.SIGKILL)
+    finally:
+        _finish(killed)
+    assert killed.returncode == -signal.SIGKILL
+    go.touch()  # the next attempt runs through
+    # Its burst waits for the dead worker's lease to lapse (at most --lease away), then
+    # reclaims the task (the lost attempt counts) and runs it again.
+    rescuer = _start_worker(alias, "--burst", "--burst-wait", "10")
+    out, err = _finish(rescuer)
+    assert rescuer.returncode == 0, err
+    assert "burst done: nothing remains" in out
+    held.refresh()
+    assert (held.status, held.return_value, held.attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        "held",
+        2,
+    )
+    first, second = held.worker_ids
+    assert first != second
+    [lost] = held.errors  # the killed attempt, failed by its lapsed lease
+    assert lost.exception_class_path == "durablesched.LeaseExpired"
+
+
+def test_several_workers_run_each_task_exactly_once(alias: str, tmp_path: Path) -> None:
+    out = tmp_path / "ran.txt"
+    results = [record.using(backend=alias).enqueue(str(out), str(n)) for n in range(40)]
+    workers = [_start_worker(alias, "--burst", "--concurrency", "2") for _ in range(3)]
+    for worker in workers:
+        _, err = _finish(worker)
+        assert worker.returncode == 0, err
+    assert sorted(out.read_text().split(), key=int) == [str(n) for n in range(40)]
+    for result in results:
+        result.refresh()
+        assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 1)
