@@ -27,11 +27,16 @@ DATABASES = {
     },
 }
 RETRY = {"max_attempts": 2, "initial": 0, "jitter": 0}
+#: Tasks with options of their own (OPTIONS["tasks"]).
+TASK_OPTIONS = {
+    "tests_django.testapp.tasks.stubborn": {"retry": {"max_attempts": 3, "initial": 0}},
+    "tests_django.testapp.tasks.slow": {"timeout": 0.05},
+}
 TASKS = {
     "default": {
         "BACKEND": "durablesched.contrib.django.DurableSchedBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"database": "default", "retry": RETRY},
+        "OPTIONS": {"database": "default", "retry": RETRY, "tasks": TASK_OPTIONS},
     },
 }
 
@@ -61,5 +66,5 @@ if POSTGRES:
     TASKS["pg"] = {
         "BACKEND": "durablesched.contrib.django.DurableSchedBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"database": "pg", "retry": RETRY},
+        "OPTIONS": {"database": "pg", "retry": RETRY, "tasks": TASK_OPTIONS},
     }

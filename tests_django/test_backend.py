@@ -14,6 +14,7 @@ from django.utils import timezone
 from durablesched import CancelOutcome
 from durablesched.contrib.django import DurableSchedBackend, cancel
 from durablesched.contrib.django.database import close_stores, store_for
+from durablesched.contrib.django.running import DjangoTasks
 from tests_django.testapp.tasks import add, send
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -154,6 +155,11 @@ def test_cancel_before_it_runs(alias: str) -> None:
         ({"durability": "fast"}, "durability"),
         ({"retry": {"max_attempts": 0}}, "max_attempts"),
         ({"retry": {"tries": 3}}, "must be a dict of"),
+        ({"timeout": 0}, r"\['timeout'\] must be a number of seconds above 0"),
+        ({"tasks": ["a.b"]}, "must map task module paths"),
+        ({"tasks": {"a.b": {"retries": 2}}}, r"\['tasks'\]\['a.b'\] must be a dict of retry"),
+        ({"tasks": {"a.b": {"timeout": "1s"}}}, r"\['a.b'\]\['timeout'\] must be a number"),
+        ({"tasks": {"a.b": {"retry": {"max_attempts": 0}}}}, "max_attempts"),
     ],
 )
 def test_bad_options_are_refused_with_what_is_wrong(
@@ -174,3 +180,9 @@ def test_the_first_enqueue_of_a_process_may_come_after_the_block_wrote(alias: st
     assert task_backends[alias].get_result(result.id).args == [1, 2]
     with connections[alias].cursor() as cursor:
         cursor.execute("DROP TABLE scratch")
+
+
+def test_task_options_naming_no_task_of_the_project_stop_the_worker() -> None:
+    backend = DurableSchedBackend("x", {"OPTIONS": {"tasks": {"shop.tasks.gone": {"timeout": 1}}}})
+    with pytest.raises(InvalidTaskBackend, match=r"names \['shop.tasks.gone'\]"):
+        DjangoTasks(backend)

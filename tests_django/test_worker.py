@@ -4,6 +4,7 @@ priority, keeps deferred ones, and sends Django's signals (``task_finished`` aft
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import subprocess
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 from django.core.management import CommandError
 from django.db import connections
-from django.tasks import TaskResult, TaskResultStatus, task_backends
+from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
+from durablesched import InvalidTaskError
+from durablesched.contrib.django import durable
 from durablesched.contrib.django.database import store_for
 from tests_django.conftest import WAIT, work
 from tests_django.testapp.tasks import (
@@ -29,8 +32,11 @@ from tests_django.testapp.tasks import (
     attempt_number,
     boom,
     hold,
+    mark_paid,
     record,
     send,
+    slow,
+    stubborn,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -97,6 +103,45 @@ def test_told_to_skip_them_the_worker_leaves_such_a_row(alias: str) -> None:
     work(alias, "--unknown-tasks", "skip")
     stored = store_for(alias).get(gone)
     assert stored is not None and stored.state.value == "PENDING"
+
+
+def test_a_task_s_own_retry_options_are_used(alias: str) -> None:
+    result = stubborn.using(backend=alias).enqueue()  # OPTIONS["tasks"]: 3 attempts
+    work(alias)
+    result.refresh()
+    assert (result.status, result.attempts, len(result.errors)) == (TaskResultStatus.FAILED, 3, 3)
+
+
+def test_an_attempt_past_its_timeout_fails(alias: str) -> None:
+    late = slow.using(backend=alias).enqueue(0.2)  # OPTIONS["tasks"]: timeout 0.05 s
+    quick = slow.using(backend=alias).enqueue(0)
+    work(alias)
+    late.refresh()
+    quick.refresh()
+    assert (late.status, late.attempts) == (TaskResultStatus.FAILED, 2)
+    assert {e.exception_class_path for e in late.errors} == {"durablesched.errors.TaskTimeout"}
+    assert (quick.status, quick.return_value) == (TaskResultStatus.SUCCESSFUL, "done")
+
+
+def test_an_effect_commits_with_the_success_and_never_without(alias: str) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS paid (task_order integer)")
+        cursor.execute("DELETE FROM paid")
+    paid = mark_paid.using(backend=alias).enqueue(7)
+    declined = mark_paid.using(backend=alias).enqueue(8, fail=True)
+    work(alias)
+    paid.refresh()
+    declined.refresh()
+    assert (paid.status, declined.status) == (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT task_order FROM paid")
+        assert cursor.fetchall() == [(7,)]  # once: the failed attempts' effects never ran
+
+
+def test_durable_takes_only_the_context_of_a_running_attempt(alias: str) -> None:
+    result = add.using(backend=alias).enqueue(1, 1)
+    with pytest.raises(InvalidTaskError, match="running takes_context=True task"):
+        durable(TaskContext(task_result=result))
 
 
 def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: str) -> None:
@@ -356,3 +401,11 @@ def test_several_workers_run_each_task_exactly_once(alias: str, tmp_path: Path) 
     for result in results:
         result.refresh()
         assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 1)
+
+
+def test_the_effect_example_in_the_docs_is_the_task_tested_here() -> None:
+    docs = (ROOT / "docs" / "django.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", docs, flags=re.S) if "mark_paid" in b]
+    source = (ROOT / "tests_django" / "testapp" / "tasks.py").read_text()
+    for line in block.splitlines():
+        assert line in source.splitlines(), f"docs/django.md's example has {line!r}"
