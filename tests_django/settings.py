@@ -9,7 +9,35 @@ from pathlib import Path
 
 SECRET_KEY = "durablesched-tests"  # noqa: S105 - a test project's
 USE_TZ = True
-INSTALLED_APPS = ["durablesched.contrib.django", "tests_django.testapp"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "durablesched.contrib.django",
+    "tests_django.testapp",
+]
+#: The admin, for its page of tasks (tests_django/test_admin.py).
+ROOT_URLCONF = "tests_django.urls"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 
 #: The test databases' names: a worker started by a test is told them by these variables.
 SQLITE_PATH = os.environ.get(
