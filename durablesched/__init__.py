@@ -1,5 +1,7 @@
 """durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL)."""
 
+from .attempts import AttemptInfo as AttemptInfo
+from .attempts import AttemptOutcome as AttemptOutcome
 from .clock import Clock as Clock
 from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
@@ -32,6 +34,7 @@ from .records import ErrorInfo as ErrorInfo
 from .records import Finding as Finding
 from .records import HealthReport as HealthReport
 from .records import QueueStats as QueueStats
+from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
 from .registry import TaskRegistry as TaskRegistry
@@ -53,6 +56,8 @@ from .store.sql.sqlite import SQLiteStore as SQLiteStore
 from .worker.loop import Worker as Worker
 
 __all__ = [
+    "AttemptInfo",
+    "AttemptOutcome",
     "CancelOutcome",
     "Claim",
     "Clock",
@@ -91,6 +96,7 @@ __all__ = [
     "SchemaMissingError",
     "Store",
     "StoreError",
+    "Submitted",
     "SystemClock",
     "TaskCancelled",
     "TaskContext",

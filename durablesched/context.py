@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -225,6 +225,7 @@ class TaskContext:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         key: str | None = None,
+        positional: Sequence[Any] | None = None,
     ) -> None:
         """Submit a child task that appears only if this attempt succeeds."""
         self.children.append(
@@ -237,6 +238,7 @@ class TaskContext:
                 max_attempts=max_attempts,
                 key=key,
                 registry=self.scheduler.registry,
+                positional=positional,
             )
         )
 

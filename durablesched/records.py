@@ -13,8 +13,21 @@ from typing import Any, NamedTuple, TypedDict
 from durablesched.errors import ConfigurationError, DurableSchedError
 from durablesched.states import TaskState
 
-#: A task's JSON arguments: an object whose members become keyword arguments.
+#: A task's JSON arguments: an object whose members become keyword arguments, and
+#: whose member :data:`POSITIONAL` (if any) holds the positional ones, in order.
 JSONArgs = dict[str, Any]
+#: The member of a task's stored arguments that holds its positional arguments:
+#: no keyword argument can be called so (a keyword is an identifier).
+POSITIONAL = "*args"
+
+
+def call_args(stored: JSONArgs) -> tuple[list[Any], dict[str, Any]]:
+    """Stored arguments as the call takes them: (positional, keyword)."""
+    if POSITIONAL not in stored:
+        return [], stored
+    keywords = dict(stored)
+    positional = keywords.pop(POSITIONAL)
+    return list(positional), keywords
 
 
 class Environment(StrEnum):
@@ -118,10 +131,12 @@ class NewTask(NamedTuple):
 
 
 class Submitted(NamedTuple):
-    """What a submit did: the task's id, and False if a live task already had the key."""
+    """What a submit did: the task's id, False if a live task already had the key, and
+    when the task (that one, then) was stored: its ``created_at``, known without a read."""
 
     task_id: int
     created: bool
+    enqueued_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +254,9 @@ class TaskEvent:
     state: TaskState
     attempt: int
     detail: str | None
+    #: On the line that ends a failed attempt (RETRY_WAIT or FAILED after RUNNING):
+    #: that attempt's error, class path and traceback included.
+    error: ErrorInfo | None = None
 
 
 class CancelOutcome(StrEnum):

@@ -56,20 +56,23 @@ class TaskDefinition:
             signature = None
         object.__setattr__(self, "signature", signature)
 
-    def mismatch(self, arg_names: Iterable[str]) -> str | None:
-        """Why the worker's call with these keyword arguments would fail, or None if it binds.
+    def mismatch(self, arg_names: Iterable[str], positional: int = 0) -> str | None:
+        """Why the worker's call with these keyword arguments (after ``positional`` ones)
+        would fail, or None if it binds.
 
         The call is the worker's: the context first when ``pass_context``, then
-        the task's arguments as keywords. Only the names matter, not the values.
+        the positional arguments, then the keywords. Only the names and the number
+        of positional ones matter, not the values.
         """
         if self.signature is None:
             return None
         names = dict.fromkeys(arg_names)
+        values = [None] * positional
         try:
             if self.pass_context:
-                self.signature.bind(_CONTEXT, **names)
+                self.signature.bind(_CONTEXT, *values, **names)
             else:
-                self.signature.bind(**names)
+                self.signature.bind(*values, **names)
         except TypeError as e:
             return str(e)
         return None

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from durablesched.attempts import AttemptInfo, attempts_from_history
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
-from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
+from durablesched.records import CancelOutcome, NewTask, Submitted, TaskEvent, TaskRecord
 from durablesched.registry import TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
@@ -54,8 +55,13 @@ class Scheduler:
         connection: Connection | DBAPIConnection | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        positional: Sequence[Any] | None = None,
     ) -> int:
         """Store a task and return its id.
+
+        ``args`` are its keyword arguments (a mapping), ``positional`` its
+        positional ones (a list or tuple): the worker calls ``fn(*positional,
+        **args)``. Both are stored as JSON, never pickled.
 
         Due at ``at`` (timezone-aware), after ``delay`` (a timedelta or
         seconds), or now. With ``key``, a task already holding that key (one
@@ -64,6 +70,38 @@ class Scheduler:
         transaction and exists if and only if that transaction commits: an
         SQLAlchemy ``Connection`` on the store's database, or the driver's own
         (``sqlite3.Connection``, ``psycopg.Connection``), such as Django's.
+        """
+        return self.submit_info(
+            name,
+            args,
+            at=at,
+            delay=delay,
+            max_attempts=max_attempts,
+            key=key,
+            connection=connection,
+            queue=queue,
+            priority=priority,
+            positional=positional,
+        ).task_id
+
+    def submit_info(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        connection: Connection | DBAPIConnection | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        positional: Sequence[Any] | None = None,
+    ) -> Submitted:
+        """:meth:`submit`, saying more, in the same one write: ``Submitted(task_id,
+        created, enqueued_at)``, where ``enqueued_at`` is the task's stored
+        ``created_at`` (with ``key``, that of the task holding it when ``created``
+        is False), so that a caller need not read the task back to know it.
         """
         task = build_task(
             name,
@@ -76,8 +114,9 @@ class Scheduler:
             registry=self.registry,
             queue=queue,
             priority=priority,
+            positional=positional,
         )
-        return self._store([task], connection)[0]
+        return self._store_all([task], connection)[0]
 
     def submit_many(
         self,
@@ -157,6 +196,15 @@ class Scheduler:
         if not events:
             raise TaskNotFoundError(f"no task with id {task_id}")
         return events
+
+    def attempts(self, task_id: int) -> list[AttemptInfo]:
+        """Every attempt of the task, oldest first: its number, worker, start, end,
+        outcome and (for a failure) error, read from its history in one read.
+
+        A claim given back by a stopping worker is listed (RELEASED) though it did
+        not count; :class:`TaskNotFoundError` for an unknown id.
+        """
+        return attempts_from_history(self.history(task_id))
 
     def list_tasks(
         self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
@@ -244,9 +292,12 @@ class Scheduler:
 
         return unsubscribe
 
-    def _store(
+    def _store(self, tasks: list[NewTask]) -> list[int]:
+        return [item.task_id for item in self._store_all(tasks)]
+
+    def _store_all(
         self, tasks: list[NewTask], connection: Connection | DBAPIConnection | None = None
-    ) -> list[int]:
+    ) -> list[Submitted]:
         if not tasks:
             return []
         submitted = self.store.submit(tasks, self.clock.now(), connection=connection)
@@ -254,7 +305,7 @@ class Scheduler:
         if created:
             # One wake-up per batch: a woken worker claims everything due anyway.
             self._notify("submit", created[0])
-        return [item.task_id for item in submitted]
+        return submitted
 
     def _notify(self, event: str, task_id: int) -> None:
         with self._listeners_lock:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
 from durablesched.queues import check_priority, check_queue
-from durablesched.records import DEFAULT_QUEUE, NewTask
+from durablesched.records import DEFAULT_QUEUE, POSITIONAL, NewTask
 from durablesched.retry import DEFAULT_RETRY
 
 if TYPE_CHECKING:
@@ -128,17 +128,19 @@ def build_task(
     names: Mapping[str, str] = API_NAMES,
     queue: str | None = None,
     priority: int | None = None,
+    positional: Sequence[Any] | None = None,
 ) -> NewTask:
     """Validate one submission and say exactly what is wrong with it.
 
     ``names`` says how the errors name each argument (the CLI names its options).
     With a ``registry``, the name must be registered and the arguments must bind
-    to its function as the worker will call it.
+    to its function as the worker will call it. ``positional`` arguments are
+    stored with the keyword ones, under :data:`~durablesched.records.POSITIONAL`.
     """
     check_name(name, names["name"])
     definition = _definition(registry, name)
     what = names["args"].format(name=name)
-    checked, args_json = check_args(args, what)
+    checked, args_json = check_args(args, what, positional)
     due_at = _due_at(now, at, delay, names)
     if max_attempts is None:
         max_attempts = (registry.retry_policy(name) if registry else DEFAULT_RETRY).max_attempts
@@ -236,8 +238,11 @@ def check_name(name: object, what: str = API_NAMES["name"]) -> None:
         raise InvalidTaskError(f"{what} {name!r} contains control characters or lone surrogates")
 
 
-def check_args(args: Mapping[str, Any] | None, what: str) -> tuple[dict[str, Any], str]:
-    """The arguments as a dict and as JSON, within the limits."""
+def check_args(
+    args: Mapping[str, Any] | None, what: str, positional: Sequence[Any] | None = None
+) -> tuple[dict[str, Any], str]:
+    """The arguments as a dict and as JSON, within the limits (``positional`` ones, if
+    any, as the dict's :data:`~durablesched.records.POSITIONAL` member)."""
     if args is None:
         checked: dict[str, Any] = {}
     elif not isinstance(args, Mapping):
@@ -249,6 +254,14 @@ def check_args(args: Mapping[str, Any] | None, what: str) -> tuple[dict[str, Any
             if not isinstance(arg_name, str) or not arg_name.isidentifier():
                 raise InvalidTaskError(f"{what}: argument name {arg_name!r} is not a valid keyword")
         checked = dict(args)
+    if positional is not None:
+        if isinstance(positional, str | bytes | Mapping) or not isinstance(positional, Sequence):
+            raise InvalidTaskError(
+                f"{what}: positional arguments must be a list or tuple, "
+                f"got {type(positional).__name__}"
+            )
+        if positional:
+            checked = {POSITIONAL: list(positional), **checked}
     try:
         args_json = to_json(checked, what)
     except InvalidTaskError:
@@ -301,7 +314,8 @@ def _definition(registry: TaskRegistry | None, name: str) -> TaskDefinition | No
 def _check_binding(definition: TaskDefinition | None, args: dict[str, Any], what: str) -> None:
     if definition is None:
         return
-    problem = definition.mismatch(args)
+    positional = args.get(POSITIONAL, ())
+    problem = definition.mismatch((n for n in args if n != POSITIONAL), len(positional))
     if problem is not None:
         raise InvalidTaskError(
             f"{what} do not fit its function {definition.call_signature()}: {problem}"

@@ -9,7 +9,35 @@ from pathlib import Path
 
 SECRET_KEY = "durablesched-tests"  # noqa: S105 - a test project's
 USE_TZ = True
-INSTALLED_APPS = ["durablesched.contrib.django", "tests_django.testapp"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "durablesched.contrib.django",
+    "tests_django.testapp",
+]
+#: The admin, for its page of tasks (tests_django/test_admin.py).
+ROOT_URLCONF = "tests_django.urls"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 
 #: The test databases' names: a worker started by a test is told them by these variables.
 SQLITE_PATH = os.environ.get(
@@ -27,11 +55,16 @@ DATABASES = {
     },
 }
 RETRY = {"max_attempts": 2, "initial": 0, "jitter": 0}
+#: Tasks with options of their own (OPTIONS["tasks"]).
+TASK_OPTIONS = {
+    "tests_django.testapp.tasks.stubborn": {"retry": {"max_attempts": 3, "initial": 0}},
+    "tests_django.testapp.tasks.slow": {"timeout": 0.05},
+}
 TASKS = {
     "default": {
         "BACKEND": "durablesched.contrib.django.DurableSchedBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"database": "default", "retry": RETRY},
+        "OPTIONS": {"database": "default", "retry": RETRY, "tasks": TASK_OPTIONS},
     },
 }
 
@@ -61,5 +94,5 @@ if POSTGRES:
     TASKS["pg"] = {
         "BACKEND": "durablesched.contrib.django.DurableSchedBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"database": "pg", "retry": RETRY},
+        "OPTIONS": {"database": "pg", "retry": RETRY, "tasks": TASK_OPTIONS},
     }

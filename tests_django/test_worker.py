@@ -4,6 +4,7 @@ priority, keeps deferred ones, and sends Django's signals (``task_finished`` aft
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import subprocess
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 from django.core.management import CommandError
 from django.db import connections
-from django.tasks import TaskResult, TaskResultStatus, task_backends
+from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
+from durablesched import InvalidTaskError
+from durablesched.contrib.django import durable
 from durablesched.contrib.django.database import store_for
 from tests_django.conftest import WAIT, work
 from tests_django.testapp.tasks import (
@@ -29,8 +32,11 @@ from tests_django.testapp.tasks import (
     attempt_number,
     boom,
     hold,
+    mark_paid,
     record,
     send,
+    slow,
+    stubborn,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -63,11 +69,79 @@ def test_a_failing_task_is_retried_then_failed_with_its_error(alias: str) -> Non
     result.refresh()
     assert result.status is TaskResultStatus.FAILED
     assert result.attempts == 2 and result.started_at < result.last_attempted_at
-    [error] = result.errors
-    assert error.exception_class is ValueError
-    assert "no luck" in error.traceback and "Traceback" in error.traceback
+    assert len(result.errors) == 2  # one per failed attempt, oldest first
+    for error in result.errors:
+        assert error.exception_class is ValueError
+        assert "no luck" in error.traceback and "Traceback" in error.traceback
+    assert len(result.worker_ids) == 2 and all(result.worker_ids)
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
+
+
+def test_a_row_naming_no_task_of_the_project_fails_at_once(alias: str) -> None:
+    # As a removed task leaves it: enqueued by an older version of the project.
+    backend = task_backends[alias]
+    gone = backend.scheduler.submit(
+        "tests_django.testapp.tasks.removed", {"args": [], "kwargs": {}}, max_attempts=5
+    )
+    kept = add.using(backend=alias).enqueue(1, 2)
+    work(alias)
+    stored = store_for(alias).get(gone)
+    assert stored is not None and (stored.state.value, stored.attempts) == ("FAILED", 1)
+    assert stored.last_error is not None
+    assert stored.last_error.type == "durablesched.UnknownTaskNameError"
+    assert "'tests_django.testapp.tasks.removed'" in stored.last_error.message
+    kept.refresh()
+    assert kept.status is TaskResultStatus.SUCCESSFUL
+
+
+def test_told_to_skip_them_the_worker_leaves_such_a_row(alias: str) -> None:
+    backend = task_backends[alias]
+    gone = backend.scheduler.submit(
+        "tests_django.testapp.tasks.removed", {"args": [], "kwargs": {}}
+    )
+    work(alias, "--unknown-tasks", "skip")
+    stored = store_for(alias).get(gone)
+    assert stored is not None and stored.state.value == "PENDING"
+
+
+def test_a_task_s_own_retry_options_are_used(alias: str) -> None:
+    result = stubborn.using(backend=alias).enqueue()  # OPTIONS["tasks"]: 3 attempts
+    work(alias)
+    result.refresh()
+    assert (result.status, result.attempts, len(result.errors)) == (TaskResultStatus.FAILED, 3, 3)
+
+
+def test_an_attempt_past_its_timeout_fails(alias: str) -> None:
+    late = slow.using(backend=alias).enqueue(0.2)  # OPTIONS["tasks"]: timeout 0.05 s
+    quick = slow.using(backend=alias).enqueue(0)
+    work(alias)
+    late.refresh()
+    quick.refresh()
+    assert (late.status, late.attempts) == (TaskResultStatus.FAILED, 2)
+    assert {e.exception_class_path for e in late.errors} == {"durablesched.errors.TaskTimeout"}
+    assert (quick.status, quick.return_value) == (TaskResultStatus.SUCCESSFUL, "done")
+
+
+def test_an_effect_commits_with_the_success_and_never_without(alias: str) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS paid (task_order integer)")
+        cursor.execute("DELETE FROM paid")
+    paid = mark_paid.using(backend=alias).enqueue(7)
+    declined = mark_paid.using(backend=alias).enqueue(8, fail=True)
+    work(alias)
+    paid.refresh()
+    declined.refresh()
+    assert (paid.status, declined.status) == (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT task_order FROM paid")
+        assert cursor.fetchall() == [(7,)]  # once: the failed attempts' effects never ran
+
+
+def test_durable_takes_only_the_context_of_a_running_attempt(alias: str) -> None:
+    result = add.using(backend=alias).enqueue(1, 1)
+    with pytest.raises(InvalidTaskError, match="running takes_context=True task"):
+        durable(TaskContext(task_result=result))
 
 
 def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: str) -> None:
@@ -79,6 +153,8 @@ def test_a_task_with_context_sees_its_attempt_and_succeeds_on_the_second(alias: 
         2,
         2,
     )
+    [error] = result.errors  # the first attempt's, though the task succeeded
+    assert error.exception_class is RuntimeError and "first attempt fails" in error.traceback
 
 
 def test_a_deferred_task_waits_for_its_time(alias: str) -> None:
@@ -262,3 +338,74 @@ def _read_so_far(process: subprocess.Popen[str]) -> str:
     if ready:
         _SEEN[id(process)] = _SEEN.get(id(process), b"") + os.read(fd, 65536)
     return _SEEN.get(id(process), b"").decode(errors="replace")
+
+
+def _start_worker(alias: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias, *args],
+        env=_worker_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The process's output once it exits (within WAIT seconds; killed otherwise)."""
+    try:
+        return process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_a_task_whose_worker_is_killed_is_finished_by_another(alias: str, tmp_path: Path) -> None:
+    started, go = tmp_path / "started", tmp_path / "go"
+    held = hold.using(backend=alias).enqueue(str(started), str(go))
+    killed = _start_worker(alias, "--concurrency", "1", "--lease", "1")
+    try:
+        _until(started.exists, "the task to start")
+        killed.send_signal(signal.SIGKILL)
+    finally:
+        _finish(killed)
+    assert killed.returncode == -signal.SIGKILL
+    go.touch()  # the next attempt runs through
+    # Its burst waits for the dead worker's lease to lapse (at most --lease away), then
+    # reclaims the task (the lost attempt counts) and runs it again.
+    rescuer = _start_worker(alias, "--burst", "--burst-wait", "10")
+    out, err = _finish(rescuer)
+    assert rescuer.returncode == 0, err
+    assert "burst done: nothing remains" in out
+    held.refresh()
+    assert (held.status, held.return_value, held.attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        "held",
+        2,
+    )
+    first, second = held.worker_ids
+    assert first != second
+    [lost] = held.errors  # the killed attempt, failed by its lapsed lease
+    assert lost.exception_class_path == "durablesched.LeaseExpired"
+
+
+def test_several_workers_run_each_task_exactly_once(alias: str, tmp_path: Path) -> None:
+    out = tmp_path / "ran.txt"
+    results = [record.using(backend=alias).enqueue(str(out), str(n)) for n in range(40)]
+    workers = [_start_worker(alias, "--burst", "--concurrency", "2") for _ in range(3)]
+    for worker in workers:
+        _, err = _finish(worker)
+        assert worker.returncode == 0, err
+    assert sorted(out.read_text().split(), key=int) == [str(n) for n in range(40)]
+    for result in results:
+        result.refresh()
+        assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 1)
+
+
+def test_the_effect_example_in_the_docs_is_the_task_tested_here() -> None:
+    docs = (ROOT / "docs" / "django.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", docs, flags=re.S) if "mark_paid" in b]
+    source = (ROOT / "tests_django" / "testapp" / "tasks.py").read_text()
+    for line in block.splitlines():
+        assert line in source.splitlines(), f"docs/django.md's example has {line!r}"

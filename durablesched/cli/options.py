@@ -27,6 +27,8 @@ DEFAULTS: dict[str, str] = {
     "log_level": "info",
     "environment": Environment.THREAD.value,
     "cancel_grace": "5",
+    # A task the worker's --app lacks: left for another worker (Worker's own default).
+    "unknown_tasks": "skip",
     # --burst: how far ahead a retry due or a lease lapsing is waited for.
     "burst_wait": "5",
     # Seconds of store errors in a row a worker backs off from before it stops.

@@ -29,6 +29,7 @@ from durablesched.queues import check_queue
 from durablesched.records import ENVIRONMENT_CHOICES, Environment
 from durablesched.registry import TaskRegistry
 from durablesched.states import TaskState
+from durablesched.worker.options import UNKNOWN_TASKS
 
 if TYPE_CHECKING:
     from durablesched.store.protocol import DurableStore
@@ -64,6 +65,12 @@ def register(commands: Commands) -> None:
         p,
         "--cancel-grace",
         help="seconds a task in a process has to stop when cancelled before it is terminated",
+    )
+    option(
+        p,
+        "--unknown-tasks",
+        help="a task whose name --app lacks: skip (leave it for a worker that has it) "
+        "or fail (claim it and fail it at once, not retried)",
     )
     option(
         p,
@@ -112,6 +119,7 @@ class WorkerOptions:
     give_up_after: float
     burst_wait: float
     queues: dict[str, int] | None = None
+    unknown_tasks: str = "skip"
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -130,6 +138,10 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
     if args.environment not in set(Environment):
         raise UsageError(f"--environment must be {ENVIRONMENT_CHOICES}, got {args.environment!r}")
     cancel_grace = positive_float("--cancel-grace", args.cancel_grace)
+    if args.unknown_tasks not in UNKNOWN_TASKS:
+        raise UsageError(
+            f"--unknown-tasks must be {' or '.join(UNKNOWN_TASKS)}, got {args.unknown_tasks!r}"
+        )
     return WorkerOptions(
         registry,
         concurrency,
@@ -141,6 +153,7 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         give_up_after=seconds("--give-up-after", args.give_up_after),
         burst_wait=seconds("--burst-wait", args.burst_wait),
         queues=served_queues(args.queue),
+        unknown_tasks=args.unknown_tasks,
     )
 
 
@@ -177,6 +190,7 @@ def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[Dura
         cancel_grace=options.cancel_grace,
         queues=options.queues,
         give_up_after=options.give_up_after,
+        unknown_tasks=options.unknown_tasks,
     )
     return store, worker
 

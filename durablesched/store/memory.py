@@ -661,7 +661,8 @@ class MemoryStore:
 
     def _insert(self, new: NewTask, now: datetime) -> Submitted:
         if new.idempotency_key is not None and new.idempotency_key in self._keys:
-            return Submitted(self._keys[new.idempotency_key], created=False)
+            holder = self._tasks[self._keys[new.idempotency_key]]
+            return Submitted(holder.id, False, holder.created_at)
         task_id = self._next_id
         self._next_id += 1
         task = TaskRecord(
@@ -694,7 +695,7 @@ class MemoryStore:
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))
-        return Submitted(task_id, created=True)
+        return Submitted(task_id, True, now)
 
     def _promote(self, now: datetime) -> None:
         """Move every task due by ``now`` from the time heap to its queue's ready heap."""
@@ -814,7 +815,7 @@ class MemoryStore:
         )
         self._running.discard(task.id)
         heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
-        self._event(task, now, detail)
+        self._event(task, now, detail, error)
 
     def _finish(
         self,
@@ -845,14 +846,18 @@ class MemoryStore:
             del self._keys[key]
         if detail is None and error is not None:
             detail = error.message
-        self._event(task, now, detail)
+        self._event(task, now, detail, error if state is TaskState.FAILED else None)
 
     def _put(self, task: TaskRecord) -> TaskRecord:
         self._tasks[task.id] = task
         return task
 
-    def _event(self, task: TaskRecord, now: datetime, detail: str | None) -> None:
-        self._events[task.id].append(TaskEvent(task.id, now, task.state, task.attempts, detail))
+    def _event(
+        self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None
+    ) -> None:
+        self._events[task.id].append(
+            TaskEvent(task.id, now, task.state, task.attempts, detail, error)
+        )
 
     def _maybe_compact(self) -> None:
         size = self.heap_size

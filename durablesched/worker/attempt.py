@@ -24,8 +24,13 @@ from datetime import timedelta
 from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
-from durablesched.errors import DurableSchedError, TaskCancelled, TaskTimeout
-from durablesched.records import Claim, Environment, ErrorInfo, Outcome
+from durablesched.errors import (
+    DurableSchedError,
+    TaskCancelled,
+    TaskTimeout,
+    UnknownTaskNameError,
+)
+from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.submission import canonical_json
@@ -58,6 +63,7 @@ class AttemptRunner:
         self._slots = slots
         self._environment = options.environment
         self._cancel_grace = options.cancel_grace
+        self._fail_unknown = options.unknown_tasks == "fail"
         self._rng = rng
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
@@ -72,10 +78,13 @@ class AttemptRunner:
         for claim in claims:
             signals = AttemptSignals()
             ctx = TaskContext(claim, self._scheduler, signals)
-            definition = self._registry.get(claim.name)
-            ctx.environment = self.environment_of(definition)
-            if definition.timeout is not None:
-                ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            if claim.name in self._registry:  # an unknown one (unknown_tasks="fail") fails
+                definition = self._registry.get(claim.name)
+                ctx.environment = self.environment_of(definition)
+                if definition.timeout is not None:
+                    ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
+            else:
+                ctx.environment = Environment.THREAD
             started.append(Running(claim, ctx, signals))
         return started
 
@@ -83,6 +92,16 @@ class AttemptRunner:
         """One attempt, where its task says; None if it was already recorded (enforced)."""
         claim, ctx = running.claim, running.context
         started = time.monotonic()
+        if claim.name not in self._registry:
+            # Claimed by a worker told to fail what it cannot run (unknown_tasks="fail"):
+            # no attempt could do better, so it is not retried.
+            unknown = UnknownTaskNameError(
+                f"no task is registered under the name {claim.name!r} in worker "
+                f"{claim.owner} (unknown_tasks='fail'): failed without running"
+            )
+            return Outcome(
+                claim, error=ErrorInfo.recorded(UnknownTaskNameError, str(unknown)), retry_at=None
+            )
         try:
             definition = self._registry.get(claim.name)
             mismatch = self._mismatch(definition, claim, ctx)
@@ -92,10 +111,8 @@ class AttemptRunner:
                 return self._run_in_process(definition, claim, ctx, running.signals)
             if definition.is_async:
                 value: Any = self._run_async(definition, claim, ctx, running.signals)
-            elif definition.pass_context:
-                value = definition.fn(ctx, **claim.args)
             else:
-                value = definition.fn(**claim.args)
+                value = _call(definition, claim, ctx)
             result = canonical_json(value, f"the result of task {claim.name!r}")
         except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if ctx.cancel_requested:
@@ -105,7 +122,9 @@ class AttemptRunner:
             if ctx.timed_out:  # the async timeout: cancelled at its next await
                 return self.failure(claim, _overran(definition, started))
             return self.failure(claim, exc)
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
+            # per its policy), not the worker's: no signal raises them on a task thread.
             return self.failure(claim, exc)
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
@@ -127,15 +146,17 @@ class AttemptRunner:
             check = self._checks[claim.name] = _ArgumentCheck(definition)
         if check.fits(claim.args):
             return None
+        positional, keywords = call_args(claim.args)
         try:
             if definition.pass_context:
-                check.bind(ctx, **claim.args)
+                check.bind(ctx, *positional, **keywords)
             else:
-                check.bind(**claim.args)
+                check.bind(*positional, **keywords)
         except TypeError as exc:
+            stored = sorted(keywords) + ([f"{len(positional)} positional"] if positional else [])
             return TypeError(
                 f"task {claim.name!r} cannot take its stored arguments "
-                f"{sorted(claim.args)}: {exc} (not retried: every attempt would fail so)"
+                f"{stored}: {exc} (not retried: every attempt would fail so)"
             )
         return None
 
@@ -195,16 +216,26 @@ class AttemptRunner:
             task = asyncio.current_task()
             assert task is not None
             signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            positional, keywords = call_args(claim.args)
             if definition.pass_context:
-                awaitable = definition.fn(ctx, **claim.args)
+                awaitable = definition.fn(ctx, *positional, **keywords)
             else:
-                awaitable = definition.fn(**claim.args)
-            if ctx.deadline is None:
-                return await awaitable
-            async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
-                return await awaitable
+                awaitable = definition.fn(*positional, **keywords)
+            try:
+                if ctx.deadline is None:
+                    return await awaitable
+                async with asyncio.timeout(max(0.0, ctx.deadline - time.monotonic())):
+                    return await awaitable
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # Let out of a coroutine, asyncio re-raises these in the event loop,
+                # which would stop it for every async task of the worker: carried
+                # out as a value instead, and raised on the task thread.
+                return _Exit(exc)
 
-        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+        value = asyncio.run_coroutine_threadsafe(call(), loop).result()
+        if isinstance(value, _Exit):
+            raise value.exc
+        return value
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
@@ -220,6 +251,11 @@ class AttemptRunner:
         if definition.environment is not None:
             return Environment(definition.environment)
         return self._environment
+
+    def claim_names(self) -> frozenset[str] | None:
+        """The names this worker claims: its registry's, or every name (None) when it
+        fails the tasks it cannot run (``unknown_tasks="fail"``)."""
+        return None if self._fail_unknown else self._registry.names
 
     def process_names(self) -> frozenset[str]:
         """The names whose attempts run in a child process (their cancel is enforced)."""
@@ -245,6 +281,23 @@ class AttemptRunner:
 
     def retry_delay(self, name: str, attempt: int) -> timedelta:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
+    """The task's function with its stored arguments (and the context, if it takes one)."""
+    positional, keywords = call_args(claim.args)
+    if definition.pass_context:
+        return definition.fn(ctx, *positional, **keywords)
+    return definition.fn(*positional, **keywords)
+
+
+class _Exit:
+    """A SystemExit or KeyboardInterrupt an async task raised, carried off the event loop."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: SystemExit | KeyboardInterrupt) -> None:
+        self.exc = exc
 
 
 class _ArgumentCheck:
@@ -288,7 +341,7 @@ class _ArgumentCheck:
     def fits(self, args: dict[str, Any]) -> bool:
         """True if ``args`` surely fit; False if ``bind`` must say."""
         required = self.required
-        if required is None:
+        if required is None or POSITIONAL in args:
             return False
         names = args.keys()
         return names >= required and (self.any_name or names <= self.accepted)

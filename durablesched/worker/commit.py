@@ -144,7 +144,7 @@ class GroupCommit:
                 owner=self._options.owner,
                 limit=limit,
                 lease=self._options.lease,
-                names=self._registry.names,
+                names=self._attempts.claim_names(),
                 process_names=self._attempts.process_names(),
                 queues=queues,
             )

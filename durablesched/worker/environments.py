@@ -29,7 +29,7 @@ from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import ProcessCrashed, TaskCancelled
-from durablesched.records import ErrorInfo, NewTask
+from durablesched.records import ErrorInfo, NewTask, call_args
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
 
@@ -231,7 +231,12 @@ def _die_with_parent() -> None:
 
 def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
     try:
-        value = definition.fn(ctx, **args) if definition.pass_context else definition.fn(**args)
+        positional, keywords = call_args(args)
+        value = (
+            definition.fn(ctx, *positional, **keywords)
+            if definition.pass_context
+            else definition.fn(*positional, **keywords)
+        )
         if definition.is_async:
             value = asyncio.run(value)
         result = json.loads(to_json(value, f"the result of task {definition.name!r}"))

@@ -61,6 +61,14 @@ class Worker:
     left in (None: the outcome was discarded, its lease lost); what it raises is
     logged, never the worker's concern. Integrations (Django's ``task_finished``)
     hang their "it is done" here: nothing is said before the commit.
+
+    ``unknown_tasks`` says what happens to a task whose name the registry lacks.
+    ``"skip"`` (the default): it is never claimed here, and waits for a worker
+    that registers it, since several programs (or two versions of one, during a
+    deploy) may share a database, each running its own names. ``"fail"``: it is
+    claimed like any other and fails at once, not retried, with a
+    ``durablesched.UnknownTaskNameError`` naming it: for a worker that runs
+    every task of its database (a Django project's).
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class Worker:
         cancel_grace: float = 5.0,
         queues: Mapping[str, int] | None = None,
         after_commit: Callable[[Claim, TaskState | None], object] | None = None,
+        unknown_tasks: str = "skip",
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -101,6 +110,7 @@ class Worker:
             environment=environment,
             cancel_grace=cancel_grace,
             queues=queues,
+            unknown_tasks=unknown_tasks,
         )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
@@ -325,7 +335,7 @@ class Worker:
             limit,
             now,
             self._options.lease,
-            self.registry.names,
+            self._attempts.claim_names(),
             process_names=self._attempts.process_names(),
             queues=queues,
         )
@@ -413,7 +423,9 @@ class Worker:
     def _next_claim_time(self, now: datetime) -> datetime | None:
         """When a claim or a reclaim could next succeed, if a slot is free to use it."""
         if self.active_count < self._options.concurrency:
-            return self.scheduler.store.next_wakeup(now, self.registry.names, self._options.queues)
+            return self.scheduler.store.next_wakeup(
+                now, self._attempts.claim_names(), self._options.queues
+            )
         return None
 
     def _next_wake_time(self, now: datetime, next_claim: datetime | None) -> datetime | None:

@@ -54,6 +54,9 @@ class WorkerOptions:
     #: The queues served, each with slots of its own; None: every queue, sharing
     #: the ``concurrency`` slots.
     queues: Mapping[str, int] | None = None
+    #: What to do with a task whose name the registry lacks: "skip" (never claim
+    #: it: another worker may run it) or "fail" (claim it and fail it at once).
+    unknown_tasks: str = "skip"
 
     @classmethod
     def checked(
@@ -70,6 +73,7 @@ class WorkerOptions:
         environment: str | Environment,
         cancel_grace: float,
         queues: Mapping[str, int] | None = None,
+        unknown_tasks: str = "skip",
     ) -> WorkerOptions:
         """The options as given to ``Worker``, defaulted, or a ConfigurationError."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -88,6 +92,7 @@ class WorkerOptions:
             max_store_failures=max_store_failures,
             environment=parse_environment(environment),
             cancel_grace=_cancel_grace(cancel_grace),
+            unknown_tasks=_unknown_tasks(unknown_tasks),
         )
 
 
@@ -113,6 +118,18 @@ def _queues(queues: Mapping[str, int] | None) -> Mapping[str, int] | None:
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= 10_000:
             raise ConfigurationError(f"queue {name!r} needs from 1 to 10000 slots, got {slots!r}")
     return MappingProxyType(dict(queues))
+
+
+#: What a worker may do with a claimable task whose name its registry lacks.
+UNKNOWN_TASKS = ("skip", "fail")
+
+
+def _unknown_tasks(policy: str) -> str:
+    if policy not in UNKNOWN_TASKS:
+        raise ConfigurationError(
+            f"unknown_tasks must be {' or '.join(repr(p) for p in UNKNOWN_TASKS)}, got {policy!r}"
+        )
+    return policy
 
 
 def _cancel_grace(seconds: float) -> float:

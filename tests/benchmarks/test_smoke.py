@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from benchmarks import pg
 
@@ -36,8 +36,11 @@ def missing_bench_extra() -> list[str]:
         "optional-dependencies"
     ]["bench"]
     missing = []
-    for requirement in extra:
-        name = re.split(r"[^A-Za-z0-9._-]", requirement, maxsplit=1)[0]
+    for line in extra:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # not for this Python (django-tasks-db: 3.12 or newer)
+        name = requirement.name
         try:
             metadata.distribution(name)
         except metadata.PackageNotFoundError:

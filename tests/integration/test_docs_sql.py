@@ -18,6 +18,7 @@ import pytest
 
 from durablesched import ErrorInfo, SQLiteStore, TaskState
 from durablesched.records import NewTask
+from durablesched.store.sql.codec import to_db_time
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 LONG = timedelta(minutes=30)
@@ -75,7 +76,7 @@ def test_every_query_in_the_docs_answers_sensibly(
 ) -> None:
     path, b, ids = queue
     queries = re.findall(r"```sql\n(.*?)```", DOCS.read_text(), flags=re.S)
-    assert len(queries) == 10
+    assert len(queries) == 11
     with sqlite3.connect(path) as conn:
         r = [conn.execute(q).fetchall() for q in queries]
         story = conn.execute(
@@ -125,4 +126,14 @@ def test_every_query_in_the_docs_answers_sensibly(
         ("PENDING", 0, "submitted"),
         ("RUNNING", 1, "claimed by w from queue default"),
         ("SUCCEEDED", 1, None),
+    ]
+    # 11. the attempts of task 3 (c): two failures, each with its error
+    assert ids["c"] == 3
+    assert [(row[0], row[1], row[4], row[5], row[6]) for row in r[10]] == [
+        (1, "w", "FAILED", "builtins.ValueError", "bad"),
+        (2, "w", "FAILED", "builtins.ValueError", "bad"),
+    ]
+    assert [(row[2], row[3]) for row in r[10]] == [
+        (to_db_time(b + minutes(start)), to_db_time(b + minutes(end)))
+        for start, end in ((1, 2), (6, 7))
     ]

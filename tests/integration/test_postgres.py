@@ -72,6 +72,7 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
         assert types["args"] == "jsonb"
         assert types["id"] == "bigint"
         assert views == {
+            "durablesched_attempts",
             "queue_summary",
             "queue_states",
             "tasks_due",

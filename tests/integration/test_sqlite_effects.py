@@ -188,7 +188,7 @@ def test_a_write_waiting_behind_a_long_effect_fails_clearly_after_busy_timeout(
     """A process's writers queue on one kept connection: a writer stuck behind an
     effect that holds it gets a StoreError naming the wait, not a hang."""
     store = SQLiteStore(tmp_path / "held.db", busy_timeout=0.3)
-    ((task_id, _),) = store.submit([NewTask("slow", {}, T0, 1)], T0)
+    ((task_id, _, _),) = store.submit([NewTask("slow", {}, T0, 1)], T0)
     (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
     inside, release = threading.Event(), threading.Event()
 
@@ -221,7 +221,7 @@ def test_an_effect_that_submits_on_its_own_connection_is_refused_not_deadlocked(
     fails with a StoreError after busy_timeout; the outer success then fails too
     (its effect raised), and the task is retried, nothing half-done."""
     store = SQLiteStore(tmp_path / "nested.db", busy_timeout=0.3)
-    ((task_id, _),) = store.submit([NewTask("outer", {}, T0, 2)], T0)
+    ((task_id, _, _),) = store.submit([NewTask("outer", {}, T0, 2)], T0)
     (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
 
     def submits_alone(_conn: Connection) -> None:

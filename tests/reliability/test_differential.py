@@ -89,6 +89,7 @@ from durablesched import (
     TaskState,
     UnsupportedOperationError,
 )
+from durablesched.attempts import attempts_from_history
 from durablesched.records import (
     TASK_KEY_PREFIX,
     Claim,
@@ -843,6 +844,38 @@ class StoresAgree(RuleBasedStateMachine):
         keys = {r.key: (r.task_id, from_db_time(r.recorded_at), _json(r.result)) for r in rows}
         assert self.memory.recorded_keys == keys
         assert [r.task_id for r in effects] == self.effects
+
+    @invariant()
+    def the_attempts_view_reads_the_history_as_the_api_does(self) -> None:
+        """``durablesched_attempts`` (SQL) agrees with ``attempts_from_history`` (every
+        backend's history, compared line by line above)."""
+        expected = [
+            (
+                a.task_id,
+                a.number,
+                a.worker_id,
+                a.started_at,
+                a.finished_at,
+                None if a.outcome is None else a.outcome.value,
+                None if a.error is None else a.error.type,
+                None if a.error is None else a.error.message,
+            )
+            for task_id in self.ids()
+            for a in attempts_from_history(self.memory.history(task_id))
+        ]
+        with self.sql.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT a.task_id, a.attempt, a.worker, a.started_at, a.finished_at, "
+                    "a.outcome, a.error_type, a.error_message FROM durablesched_attempts a"
+                )
+            ).all()
+            conn.rollback()
+        got = [
+            (*r[:3], from_db_time(r[3]), None if r[4] is None else from_db_time(r[4]), *r[5:])
+            for r in rows
+        ]
+        assert sorted(got, key=repr) == sorted(expected, key=repr)  # the view has no order
 
     @invariant()
     def each_change_is_one_its_operation_may_make(self) -> None:

@@ -103,6 +103,7 @@ DEEP = "[" * 40_000 + "]" * 40_000
         (["worker", "--app", APP, "--lease", "inf"], "--lease must be a number of seconds"),
         (["worker", "--app", APP, "--lease", "1e300"], "--lease must be a number of seconds"),
         (["worker", "--app", APP, "--grace", "nan"], "--grace must be a number of seconds"),
+        (["worker", "--app", APP, "--unknown-tasks", "run"], "--unknown-tasks must be skip or"),
         (["submit", "x", "--args", DEEP], f"--args must be nested at most {MAX_ARGS_DEPTH}"),
         (["submit", "x", "--args", "[" * 65 + "]" * 65], "--args must be a JSON object"),
         (

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "registry",
             "submission",
             "schedules",
+            "attempts",
         ),
     ),
     ("storage boundary", ("store.protocol", "store.durability")),

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from django.tasks import TaskContext, task
+from sqlalchemy import Connection, text
+
+from durablesched.contrib.django import durable
 
 
 @task()
@@ -54,3 +57,30 @@ def hold(started: str, go: str) -> str:
             raise TimeoutError(go)
         time.sleep(0.01)
     return "held"
+
+
+@task()
+def stubborn() -> None:
+    """Always fails: OPTIONS["tasks"] gives it 3 attempts (the backend's default is 2)."""
+    raise RuntimeError("again")
+
+
+@task()
+def slow(seconds: float) -> str:
+    """Runs ``seconds``: OPTIONS["tasks"] gives it a timeout of 0.05 s."""
+    time.sleep(seconds)
+    return "done"
+
+
+@task(takes_context=True)
+def mark_paid(context: TaskContext, order: int, fail: bool = False) -> int:
+    """Records the payment in the app's table ``paid`` in the transaction that records the
+    task's success (durable(context).on_success): both, or neither."""
+
+    def record(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO paid (task_order) VALUES (:order)"), {"order": order})
+
+    durable(context).on_success(record)
+    if fail:
+        raise ValueError("declined")
+    return order

@@ -23,13 +23,18 @@ except ImportError:  # pragma: no cover - the extra's absence
 if TYPE_CHECKING:
     from durablesched.contrib.django.backend import DurableSchedBackend as DurableSchedBackend
     from durablesched.contrib.django.backend import cancel as cancel
+    from durablesched.contrib.django.running import durable as durable
 
-__all__ = ["DurableSchedBackend", "cancel"]
+__all__ = ["DurableSchedBackend", "cancel", "durable"]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy: importing the app package (INSTALLED_APPS) must not load django.tasks
     # before the app registry is ready.
+    if name == "durable":
+        from durablesched.contrib.django import running  # noqa: PLC0415
+
+        return running.durable
     if name in __all__:
         from durablesched.contrib.django import backend  # noqa: PLC0415
 

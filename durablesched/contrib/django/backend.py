@@ -21,7 +21,7 @@ from django.tasks.signals import task_enqueued
 from durablesched.clock import SystemClock
 from durablesched.contrib.django.database import store_for
 from durablesched.contrib.django.discovery import ProjectTasks
-from durablesched.contrib.django.results import payload, task_result
+from durablesched.contrib.django.results import task_result
 from durablesched.errors import ConfigurationError, TaskNotFoundError
 from durablesched.records import CancelOutcome
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
@@ -29,9 +29,11 @@ from durablesched.scheduler import Scheduler
 from durablesched.store.durability import DURABILITIES
 
 #: What OPTIONS may hold, and what each is (docs/django.md).
-OPTION_NAMES = ("database", "durability", "retry", "task_modules")
+OPTION_NAMES = ("database", "durability", "retry", "task_modules", "tasks", "timeout")
 #: The keys of OPTIONS["retry"]: RetryPolicy's fields (delays in seconds).
 RETRY_NAMES = ("max_attempts", "initial", "multiplier", "maximum", "jitter")
+#: What OPTIONS["tasks"][module path] may hold: the task's own retry and timeout.
+TASK_OPTION_NAMES = ("retry", "timeout")
 
 
 class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is untyped
@@ -65,9 +67,20 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
                 f"TASKS[{alias!r}]['OPTIONS']['durability'] must be one of "
                 f"{', '.join(DURABILITIES)}, got {self.durability!r}"
             )
-        self.retry = _retry_policy(alias, self.options.get("retry"))
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        self.retry = _retry_policy(f"{where}['retry']", self.options.get("retry"), DEFAULT_RETRY)
+        self.timeout = _timeout(f"{where}['timeout']", self.options.get("timeout"))
+        self.task_options = _task_options(where, self.options.get("tasks"), self)
         self.tasks = ProjectTasks(alias, self.options.get("task_modules", ()))
         self._scheduler: Scheduler | None = None
+
+    def retry_for(self, path: str) -> RetryPolicy:
+        """The retry policy of the task at module path ``path``: its own, else the backend's."""
+        return self.task_options.get(path, (self.retry, self.timeout))[0]
+
+    def timeout_for(self, path: str) -> float | None:
+        """How long (seconds) one attempt of the task at ``path`` may run; None: no limit."""
+        return self.task_options.get(path, (self.retry, self.timeout))[1]
 
     @property
     def scheduler(self) -> Scheduler:
@@ -88,21 +101,21 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
         if connection.in_atomic_block:
             connection.ensure_connection()
             raw = connection.connection  # the driver's own, in the block's transaction
-        enqueued_at = scheduler.clock.now()
-        task_id = scheduler.submit(
+        submitted = scheduler.submit_info(
             task.module_path,
-            payload(args, kwargs),
+            dict(kwargs),
+            positional=list(args),
             at=task.run_after,
-            max_attempts=self.retry.max_attempts,
+            max_attempts=self.retry_for(task.module_path).max_attempts,
             queue=task.queue_name,
             priority=task.priority,
             connection=raw,
         )
         result = TaskResult(
             task=task,
-            id=str(task_id),
+            id=str(submitted.task_id),
             status=TaskResultStatus.READY,
-            enqueued_at=enqueued_at,
+            enqueued_at=submitted.enqueued_at,  # the stored time, from the one write
             started_at=None,
             last_attempted_at=None,
             finished_at=None,
@@ -158,10 +171,9 @@ def _task_id(result_id: Any) -> int:
     return value
 
 
-def _retry_policy(alias: str, options: Any) -> RetryPolicy:
+def _retry_policy(where: str, options: Any, default: RetryPolicy) -> RetryPolicy:
     if options is None:
-        return DEFAULT_RETRY
-    where = f"TASKS[{alias!r}]['OPTIONS']['retry']"
+        return default
     if not isinstance(options, dict) or set(options) - set(RETRY_NAMES):
         raise InvalidTaskBackend(f"{where} must be a dict of {', '.join(RETRY_NAMES)}")
     values = dict(options)
@@ -172,3 +184,32 @@ def _retry_policy(alias: str, options: Any) -> RetryPolicy:
         return RetryPolicy(**values)
     except (ConfigurationError, TypeError) as e:
         raise InvalidTaskBackend(f"{where}: {e}") from None
+
+
+def _timeout(where: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise InvalidTaskBackend(f"{where} must be a number of seconds above 0, got {value!r}")
+    return float(value)
+
+
+def _task_options(
+    where: str, options: Any, backend: DurableSchedBackend
+) -> dict[str, tuple[RetryPolicy, float | None]]:
+    """OPTIONS["tasks"]: each task's (module path) own retry policy and timeout; what a
+    task does not set is the backend's."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise InvalidTaskBackend(f"{where}['tasks'] must map task module paths to options")
+    found: dict[str, tuple[RetryPolicy, float | None]] = {}
+    for path, own in options.items():
+        here = f"{where}['tasks'][{path!r}]"
+        if not isinstance(own, dict) or set(own) - set(TASK_OPTION_NAMES):
+            raise InvalidTaskBackend(f"{here} must be a dict of {', '.join(TASK_OPTION_NAMES)}")
+        found[str(path)] = (
+            _retry_policy(f"{here}['retry']", own.get("retry"), backend.retry),
+            _timeout(f"{here}['timeout']", own["timeout"]) if "timeout" in own else backend.timeout,
+        )
+    return found

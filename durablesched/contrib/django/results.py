@@ -9,22 +9,21 @@
 
 ``started_at`` and ``last_attempted_at`` are the first and last claims in the
 task's history, ``worker_ids`` the worker of each claim (so ``attempts`` and
-``TaskContext.attempt`` count claims). ``errors`` holds the last failed
-attempt's error only: durablesched keeps the class and traceback of the last
-error, and only the message of earlier ones (in the history).
+``TaskContext.attempt`` count claims), and ``errors`` one entry per failed
+attempt, oldest first, each with its class path and traceback: the task's
+attempts (:func:`durablesched.attempts.attempts_from_history`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
-from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask
 
-from durablesched.records import TaskEvent, TaskRecord
+from durablesched.attempts import AttemptOutcome, attempts_from_history
+from durablesched.records import ErrorInfo, TaskEvent, TaskRecord, call_args
 from durablesched.states import TaskState
 
 STATUS = {
@@ -36,54 +35,50 @@ STATUS = {
     TaskState.CANCELLED: TaskResultStatus.FAILED,
 }
 
-#: A claim's history line: "claimed by OWNER from queue QUEUE" (every backend writes it).
-_CLAIMED = re.compile(r"^claimed by (.+) from queue \S+$")
-
-
-def payload(args: Any, kwargs: Any) -> dict[str, Any]:
-    """A Django call's arguments as one task's stored arguments."""
-    return {"args": list(args), "kwargs": dict(kwargs)}
-
 
 def task_result(
     task: Task, record: TaskRecord, history: list[TaskEvent], backend: str
 ) -> TaskResult:
     """``record`` (with its ``history``) as Django sees a result of ``task``."""
-    claims = [e for e in history if e.state is TaskState.RUNNING]
+    attempts = attempts_from_history(history)
     status = STATUS[record.state]
-    errors = []
-    if record.last_error is not None:
-        errors.append(
-            TaskError(
-                exception_class_path=record.last_error.type,
-                traceback=record.last_error.traceback
-                or f"{record.last_error.type}: {record.last_error.message}",
-            )
+    failures = [a for a in attempts if a.outcome is AttemptOutcome.FAILED]
+    errors = [
+        _task_error(
+            # A failure recorded before schema revision 0009 kept no error on its line:
+            # the last one is still the task's last_error.
+            a.error if a.error is not None or i < len(failures) - 1 else record.last_error
         )
+        for i, a in enumerate(failures)
+    ]
     # The task as it was enqueued: its priority and queue were the row's (if the
     # settings changed since and refuse them, the task as defined will do).
     with contextlib.suppress(InvalidTask):
         task = task.using(priority=record.priority, queue_name=record.queue)
-    stored = record.args if isinstance(record.args, dict) else {}
+    positional, keywords = call_args(record.args)
     result = TaskResult(
         task=task,
         id=str(record.id),
         status=status,
         enqueued_at=record.created_at,
-        started_at=claims[0].at if claims else None,
-        last_attempted_at=claims[-1].at if claims else None,
+        started_at=attempts[0].started_at if attempts else None,
+        last_attempted_at=attempts[-1].started_at if attempts else None,
         finished_at=record.finished_at,
-        args=list(stored.get("args", [])),
-        kwargs=dict(stored.get("kwargs", {})),
+        args=positional,
+        kwargs=dict(keywords),
         backend=backend,
-        errors=errors,
-        worker_ids=[_worker(e) for e in claims],
+        errors=[e for e in errors if e is not None],
+        worker_ids=[a.worker_id for a in attempts],
     )
     if status is TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", record.result)
     return result
 
 
-def _worker(claim: TaskEvent) -> str:
-    found = _CLAIMED.match(claim.detail or "")
-    return found.group(1) if found else ""
+def _task_error(error: ErrorInfo | None) -> TaskError | None:
+    if error is None:
+        return None
+    return TaskError(
+        exception_class_path=error.type,
+        traceback=error.traceback or f"{error.type}: {error.message}",
+    )

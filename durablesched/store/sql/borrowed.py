@@ -33,6 +33,10 @@ class DriverResult:
     def __init__(self, rows: list[Any]) -> None:
         self._rows = rows
 
+    def first(self) -> Any:
+        """The first row (a tuple), or None if there is none."""
+        return self._rows[0] if self._rows else None
+
     def scalar(self) -> Any:
         """The first column of the first row, or None if there is none."""
         return self._rows[0][0] if self._rows else None

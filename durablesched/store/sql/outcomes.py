@@ -103,7 +103,9 @@ def record_failure(
     if row is None:
         return None
     state = TaskState(row.state)
-    tx._event(conn, outcome.claim.task_id, now, state, row.attempts, outcome.error.message)
+    tx._event(
+        conn, outcome.claim.task_id, now, state, row.attempts, outcome.error.message, outcome.error
+    )
     return state
 
 

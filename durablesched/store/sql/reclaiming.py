@@ -68,6 +68,7 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
                 },
             ).rowcount
             if updated:
-                tx._event(conn, r.id, now, state, r.attempts, detail)
+                failed = state is not TaskState.CANCELLED  # the attempt failed: say why
+                tx._event(conn, r.id, now, state, r.attempts, detail, error if failed else None)
                 reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
     return reclaimed

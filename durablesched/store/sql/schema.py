@@ -119,6 +119,8 @@ task_events = Table(
     Column("state", Text, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("detail", Text),
+    #: A failed attempt's error (type, message, traceback), on the line that ended it.
+    Column("error", Json),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_task_events_state"),
 )
 Index("ix_task_events_task_id", task_events.c.task_id)

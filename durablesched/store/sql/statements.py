@@ -45,7 +45,7 @@ SQL_ALLOCATE = text(
 )
 #: The task holding idempotency key ``:key``, if any (PENDING to SUCCEEDED hold it).
 SQL_FIND_KEY = text(
-    "SELECT id FROM tasks WHERE idempotency_key = :key AND "
+    "SELECT id, created_at FROM tasks WHERE idempotency_key = :key AND "
     "state IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUCCEEDED')"
 )
 #: New tasks, straight to the driver's executemany; ``{p}`` is its placeholder.
@@ -116,8 +116,8 @@ RECORD_KEYS = (
 )
 #: One history line, in the transaction that made the change.
 SQL_INSERT_EVENT = text(
-    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
-    "VALUES (:task_id, :at, :state, :attempt, :detail)"
+    "INSERT INTO task_events (task_id, at, state, attempt, detail, error) "
+    "VALUES (:task_id, :at, :state, :attempt, :detail, :error)"
 )
 #: A succeeded task's key with its result.
 SQL_RECORD_KEY = text(
@@ -242,7 +242,8 @@ SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
 SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
 #: A task's history, oldest first (its submission first).
 SQL_HISTORY = text(
-    "SELECT task_id, at, state, attempt, detail FROM task_events WHERE task_id = :id ORDER BY id"
+    "SELECT task_id, at, state, attempt, detail, error FROM task_events "
+    "WHERE task_id = :id ORDER BY id"
 )
 
 

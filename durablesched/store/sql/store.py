@@ -54,7 +54,7 @@ from durablesched.store.sql import (
 )
 from durablesched.store.sql.borrowed import borrow
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
-from durablesched.store.sql.codec import dump, from_db_time, record
+from durablesched.store.sql.codec import dump, error_from_json, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
 from durablesched.store.sql.outcomes import (
@@ -160,7 +160,14 @@ class SQLStore(Transactions):
                 if created is None:
                     return []
         events = [
-            TaskEvent(r.task_id, from_db_time(r.at), TaskState(r.state), r.attempt, r.detail)
+            TaskEvent(
+                r.task_id,
+                from_db_time(r.at),
+                TaskState(r.state),
+                r.attempt,
+                r.detail,
+                error_from_json(r.error),
+            )
             for r in rows
         ]
         if created is not None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from durablesched.records import DEFAULT_QUEUE, NewTask, Submitted
-from durablesched.store.sql.codec import dump
+from durablesched.store.sql.codec import dump, from_db_time
 from durablesched.store.sql.statements import SQL_ALLOCATE, SQL_ENSURE_QUEUE, SQL_FIND_KEY
 from durablesched.store.sql.transactions import Executor, Transactions
 
@@ -26,7 +26,7 @@ def insert(
     if all(task.idempotency_key is None for task in tasks):
         # The bulk path: no key to look up, every task is new.
         ids = insert_new(tx, conn, tasks, now)
-        return list(map(Submitted, ids, itertools.repeat(True, len(ids))))
+        return list(map(Submitted, ids, itertools.repeat(True, len(ids)), itertools.repeat(now)))
     # Each slot is either the holder of a key already stored, or (index into
     # `new`, created?) where a repeat of a key within this batch is not created.
     slots: list[Submitted | tuple[int, bool]] = []
@@ -38,16 +38,17 @@ def insert(
             if key in batch_keys:
                 slots.append((batch_keys[key], False))
                 continue
-            holder = conn.execute(SQL_FIND_KEY, {"key": key}).scalar()
+            holder = conn.execute(SQL_FIND_KEY, {"key": key}).first()
             if holder is not None:
-                slots.append(Submitted(holder, created=False))
+                # (id, created_at), by position: a borrowed driver's rows are tuples.
+                slots.append(Submitted(holder[0], False, from_db_time(holder[1])))
                 continue
             batch_keys[key] = len(new)
         slots.append((len(new), True))
         new.append(task)
     ids = insert_new(tx, conn, new, now) if new else []
     return [
-        slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], created=slot[1])
+        slot if isinstance(slot, Submitted) else Submitted(ids[slot[0]], slot[1], now)
         for slot in slots
     ]
 

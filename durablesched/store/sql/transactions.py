@@ -22,8 +22,9 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, Engine, TextClause, exc
 
 from durablesched.errors import StoreError
+from durablesched.records import ErrorInfo
 from durablesched.states import TaskState
-from durablesched.store.sql.codec import from_db_time
+from durablesched.store.sql.codec import error_json, from_db_time
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.statements import (
     SQL_EXTEND_LEASE,
@@ -258,8 +259,10 @@ class Transactions:
         state: TaskState,
         attempt: int,
         detail: str | None,
+        error: ErrorInfo | None = None,
     ) -> None:
-        """Append one line to the task's history, in the transaction that made the change."""
+        """Append one line to the task's history, in the transaction that made the change
+        (with ``error`` on the line that ends a failed attempt)."""
         conn.execute(
             SQL_INSERT_EVENT,
             {
@@ -268,5 +271,6 @@ class Transactions:
                 "state": state.value,
                 "attempt": attempt,
                 "detail": detail,
+                "error": None if error is None else error_json(error),
             },
         )

@@ -21,6 +21,7 @@ from durablesched.cli.worker import SignalStop, report_remaining, run_worker, se
 from durablesched.contrib.django.backend import DurableSchedBackend
 from durablesched.contrib.django.database import close_stores
 from durablesched.contrib.django.running import DjangoTasks
+from durablesched.worker.options import UNKNOWN_TASKS
 
 log = logging.getLogger("durablesched.cli")
 
@@ -50,6 +51,11 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
             help="seconds running tasks get to finish after SIGTERM",
         )  # fmt: skip
         parser.add_argument(
+            "--unknown-tasks", choices=UNKNOWN_TASKS, default="fail",
+            help="a row naming no task of the project: fail it at once (the default), "
+            "or skip it (leave it for a worker of another project or version)",
+        )  # fmt: skip
+        parser.add_argument(
             "--burst", action="store_true",
             help="exit once nothing can be claimed now or within --burst-wait seconds",
         )  # fmt: skip
@@ -72,7 +78,10 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
         tasks = DjangoTasks(backend)
         try:
             worker = tasks.worker(
-                concurrency=options["concurrency"], lease=options["lease"], queues=queues
+                concurrency=options["concurrency"],
+                lease=options["lease"],
+                queues=queues,
+                unknown_tasks=options["unknown_tasks"],
             )
         except ValueError as e:
             raise CommandError(str(e)) from None

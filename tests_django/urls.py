@@ -1,0 +1,8 @@
+"""The test project's URLs: the admin, with durablesched's page of tasks."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
