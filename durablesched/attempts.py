@@ -62,7 +62,7 @@ class AttemptInfo:
     #: None while it runs.
     outcome: AttemptOutcome | None
     #: A failed attempt's error (class path, message, traceback). None for other
-    #: outcomes, and for a failure recorded before schema revision 0009.
+    #: outcomes, and for a failure recorded before schema revision 0007.
     error: ErrorInfo | None
 
 

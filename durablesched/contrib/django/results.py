@@ -45,7 +45,7 @@ def task_result(
     failures = [a for a in attempts if a.outcome is AttemptOutcome.FAILED]
     errors = [
         _task_error(
-            # A failure recorded before schema revision 0009 kept no error on its line:
+            # A failure recorded before schema revision 0007 kept no error on its line:
             # the last one is still the task's last_error.
             a.error if a.error is not None or i < len(failures) - 1 else record.last_error
         )

@@ -6,7 +6,7 @@ RETRY_WAIT or FAILED line that ends a failed attempt, in the statement that
 already wrote that line: nothing more is written on a success. Lines written
 before this revision have none (their message stays in ``detail``).
 
-Revision ID: 0009
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-02
 """
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0009"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
