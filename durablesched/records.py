@@ -387,3 +387,51 @@ class HealthReport:
     @property
     def healthy(self) -> bool:
         return not self.findings
+
+
+# -- live workers (``Store.register_worker``, ``durablesched workers``) ---------------------------
+
+#: How long after it is gone (not seen for longer than its lease) a worker's row is
+#: deleted, at the next worker's registration or ``durablesched purge``; until then it
+#: is listed as gone (``durablesched workers --all``), so a crash stays visible a while.
+WORKER_FORGET_AFTER = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker process as it registered, and when it was last seen.
+
+    A worker is *alive* while it was seen within its lease (its heartbeats, every
+    third of a lease by default, refresh ``last_seen`` even when it holds no
+    task), *gone* after that: killed, frozen, or cut off from the database. A
+    worker that exits cleanly removes its row; a gone one's row is deleted
+    :data:`WORKER_FORGET_AFTER` later.
+    """
+
+    #: The worker's owner id: its claims carry it (``TaskRecord.lease_owner``, history lines).
+    id: str
+    host: str
+    pid: int
+    #: The queues served, each with its slots; None: every queue.
+    queues: Mapping[str, int] | None
+    #: How many attempts it runs at once (with ``queues``, their slots' sum).
+    concurrency: int
+    #: The durablesched version it runs.
+    version: str
+    started_at: datetime
+    last_seen: datetime
+    #: How long it may go unseen and still count as alive: its task lease.
+    lease: timedelta
+
+    def alive(self, now: datetime) -> bool:
+        """Seen within its lease at ``now``."""
+        return now - self.last_seen <= self.lease
+
+    def state(self, now: datetime) -> str:
+        """The worker's state at ``now``: "alive" or "gone"."""
+        return "alive" if self.alive(now) else "gone"
+
+    def forgotten(self, now: datetime) -> bool:
+        """Gone for longer than :data:`WORKER_FORGET_AFTER` at ``now``: listed no more, and
+        deleted when next pruned."""
+        return now - self.last_seen > self.lease + WORKER_FORGET_AFTER

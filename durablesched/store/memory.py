@@ -40,6 +40,7 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
     effective_key,
 )
 from durablesched.schedules.declaration import (
@@ -100,6 +101,8 @@ class MemoryStore:
         self._latest_fire: dict[str, datetime] = {}
         #: The latest fire of each schedule that made a task: (fire time, task id).
         self._latest_task: dict[str, tuple[datetime, int]] = {}
+        #: Registered workers by id.
+        self._workers: dict[str, WorkerInfo] = {}
 
     # -- introspection for tests and docs --------------------------------------------------
 
@@ -197,6 +200,9 @@ class MemoryStore:
     ) -> list[LeaseStatus]:
         renewed: list[LeaseStatus] = []
         with self._lock:
+            seen = self._workers.get(owner)
+            if seen is not None:
+                self._workers[owner] = replace(seen, last_seen=now)
             for claim in sorted(claims, key=lambda c: c.task_id):
                 task = self._valid(claim, owner, now)
                 if task is None or (renewed and renewed[-1].task_id == task.id):
@@ -500,6 +506,34 @@ class MemoryStore:
             ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
             findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
         return HealthReport(tuple(findings))
+
+    # -- live workers ---------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo, now: datetime) -> None:
+        with self._lock:
+            self._prune_workers(now)
+            self._workers[worker.id] = replace(
+                worker, queues=None if worker.queues is None else dict(worker.queues)
+            )
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        with self._lock:
+            return self._workers.pop(worker_id, None) is not None
+
+    def list_workers(self, now: datetime) -> list[WorkerInfo]:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.forgotten(now)]
+        return sorted(workers, key=lambda w: (w.started_at, w.id))
+
+    def prune_workers(self, now: datetime) -> int:
+        with self._lock:
+            return self._prune_workers(now)
+
+    def _prune_workers(self, now: datetime) -> int:
+        forgotten = [w.id for w in self._workers.values() if w.forgotten(now)]
+        for worker_id in forgotten:
+            del self._workers[worker_id]
+        return len(forgotten)
 
     def watch_changes(self, poll_interval: float = 0.01) -> None:
         """No other process can write here: in-process notifications are enough."""

@@ -29,6 +29,7 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
@@ -237,7 +238,9 @@ class Store(ScheduleStore, Protocol):
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
     ) -> list[LeaseStatus]:
-        """Extend every still-valid claim to ``now + lease`` in one step.
+        """Extend every still-valid claim to ``now + lease`` in one step, and mark the
+        worker ``owner`` seen at ``now`` (if it registered) in the same step: with no
+        claims, that alone.
 
         The result is in task id order; claims missing from it were lost.
         """
@@ -341,6 +344,32 @@ class Store(ScheduleStore, Protocol):
 
     def queue_info(self, now: datetime) -> list[QueueInfo]:
         """Every queue with its limits, tasks per state, running count and oldest wait."""
+        ...
+
+    # -- live workers ---------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo, now: datetime) -> None:
+        """Store ``worker`` as given (a row of the same id is replaced: a worker
+        registering again), and delete the rows of workers forgotten at ``now``
+        (:meth:`prune_workers`), in one step.
+
+        Pruning here costs nothing on the busy path (a worker registers once, at
+        start) and keeps the rows bounded by the workers started in a day.
+        """
+        ...
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        """Delete the worker's row (a clean exit); False if there was none."""
+        ...
+
+    def list_workers(self, now: datetime) -> list[WorkerInfo]:
+        """Every registered worker not yet forgotten at ``now`` (see
+        :meth:`WorkerInfo.forgotten`), alive or gone, by (started_at, id)."""
+        ...
+
+    def prune_workers(self, now: datetime) -> int:
+        """Delete the rows of workers forgotten at ``now``: gone for longer than
+        :data:`~durablesched.records.WORKER_FORGET_AFTER`. Returns how many."""
         ...
 
     def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:

@@ -304,6 +304,33 @@ SQL_PURGE_BATCH = text(
     "ORDER BY finished_at LIMIT :batch)"
 )
 
+# -- live workers --------------------------------------------------------------------------------
+
+#: Every column of a worker's row, in the order :func:`.workers.worker_info` reads them.
+WORKER_COLUMNS = "id, host, pid, queues, concurrency, version, started_at, last_seen, lease_seconds"
+#: A worker's registration; the same id again replaces the row.
+SQL_REGISTER_WORKER = text(
+    f"INSERT INTO durablesched_workers ({WORKER_COLUMNS}) VALUES (:id, :host, :pid, :queues, "
+    ":concurrency, :version, :started_at, :last_seen, :lease_seconds) "
+    "ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+    "queues = excluded.queues, concurrency = excluded.concurrency, version = excluded.version, "
+    "started_at = excluded.started_at, last_seen = excluded.last_seen, "
+    "lease_seconds = excluded.lease_seconds"
+)
+#: The worker ``:id`` seen at ``:now`` (its heartbeat).
+SQL_SEE_WORKER = text("UPDATE durablesched_workers SET last_seen = :now WHERE id = :id")
+#: A worker's clean exit.
+SQL_DEREGISTER_WORKER = text("DELETE FROM durablesched_workers WHERE id = :id")
+#: Every worker's row, in the order they are listed.
+SQL_WORKERS = text(f"SELECT {WORKER_COLUMNS} FROM durablesched_workers ORDER BY started_at, id")
+#: Workers not seen since ``:before`` (a first cut; their leases decide which are forgotten).
+SQL_WORKERS_UNSEEN = text(
+    f"SELECT {WORKER_COLUMNS} FROM durablesched_workers WHERE last_seen < :before"
+)
+SQL_FORGET_WORKERS = text("DELETE FROM durablesched_workers WHERE id IN :ids").bindparams(
+    bindparam("ids", expanding=True)
+)
+
 # -- the health check ----------------------------------------------------------------------------
 
 #: How many RUNNING tasks are on a lease that expired at or before ``:now``, and the oldest expiry.
