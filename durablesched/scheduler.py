@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
-from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord
+from durablesched.records import CancelOutcome, NewTask, TaskEvent, TaskRecord, WorkerInfo
 from durablesched.registry import TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
@@ -103,6 +103,18 @@ class Scheduler:
             priority=priority,
         )
         return self._store(tasks)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:
+        """The worker processes running on this store: alive ones (seen within their
+        lease), by start time; with ``include_gone``, also those not seen for longer
+        (killed, frozen or cut off), until they are forgotten a day later.
+
+        ``WorkerInfo.state(now)`` says which a worker is at a given time.
+        """
+        now = self.clock.now()
+        return [w for w in self.store.list_workers(now) if include_gone or w.alive(now)]
 
     # -- queues -------------------------------------------------------------------------------
 

@@ -93,15 +93,15 @@ from durablesched import (
     UnsupportedOperationError,
 )
 from durablesched.records import (
-    WORKER_FORGET_AFTER,
-    WorkerInfo,
     TASK_KEY_PREFIX,
+    WORKER_FORGET_AFTER,
     Claim,
     NewTask,
     Outcome,
     OutcomeResult,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
 )
 from durablesched.states import (
     CLAIMABLE,
