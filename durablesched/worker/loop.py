@@ -290,9 +290,13 @@ class Worker:
         return released
 
     def start(self) -> threading.Thread:
-        """Run the loop in a background thread."""
+        """Run the loop in a background thread, registered in the workers table before
+        this returns."""
         if self._thread is not None:
             raise ConfigurationError("this worker was already started")
+        # Registered before start() returns, so that the caller sees it listed at once
+        # (a store error propagates: the worker did not start).
+        self._presence.register(self.scheduler.clock.now())
         self._thread = threading.Thread(
             target=self.run, name=f"durablesched-{self.owner}", daemon=True
         )

@@ -33,9 +33,7 @@ def register_worker(tx: Transactions, worker: WorkerInfo, now: datetime) -> None
         "id": worker.id,
         "host": worker.host,
         "pid": worker.pid,
-        "queues": None
-        if worker.queues is None
-        else json.dumps(dict(sorted(worker.queues.items()))),
+        "queues": None if worker.queues is None else json.dumps(dict(worker.queues)),
         "concurrency": worker.concurrency,
         "version": worker.version,
         "started_at": tx._t(worker.started_at),
