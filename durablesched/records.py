@@ -435,3 +435,23 @@ class WorkerInfo:
         """Gone for longer than :data:`WORKER_FORGET_AFTER` at ``now``: listed no more, and
         deleted when next pruned."""
         return now - self.last_seen > self.lease + WORKER_FORGET_AFTER
+
+
+# -- what happened lately (``Store.recent_events``; metrics count these) --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecentEvent:
+    """A history line of a recent window, with what metrics need of its task."""
+
+    task_id: int
+    #: The task's name and queue (a task never changes either).
+    name: str
+    queue: str
+    state: TaskState
+    attempt: int
+    at: datetime
+    detail: str | None
+    #: When the attempt this line ends started: the time of the task's previous line
+    #: when that one is its claim (RUNNING), else None (nothing ran just before it).
+    started_at: datetime | None

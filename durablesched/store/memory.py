@@ -36,6 +36,7 @@ from durablesched.records import (
     NewTask,
     Outcome,
     OutcomeResult,
+    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -506,6 +507,39 @@ class MemoryStore:
             ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
             findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
         return HealthReport(tuple(findings))
+
+    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
+        found: list[tuple[datetime, int, int, RecentEvent]] = []
+        with self._lock:
+            for task_id, events in self._events.items():
+                task = self._tasks[task_id]
+                for i, e in enumerate(events):
+                    if not since < e.at <= now or e.state is TaskState.PENDING:
+                        continue
+                    before = events[i - 1] if i else None
+                    started = (
+                        before.at
+                        if before is not None and before.state is TaskState.RUNNING
+                        else None
+                    )
+                    found.append(
+                        (
+                            e.at,
+                            task_id,
+                            i,
+                            RecentEvent(
+                                task_id,
+                                task.name,
+                                task.queue,
+                                e.state,
+                                e.attempt,
+                                e.at,
+                                e.detail,
+                                started,
+                            ),
+                        )
+                    )
+        return [event for *_, event in sorted(found, key=lambda f: f[:3])]
 
     # -- live workers ---------------------------------------------------------------------
 

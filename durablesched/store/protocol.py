@@ -25,6 +25,7 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     QueueStats,
+    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -344,6 +345,18 @@ class Store(ScheduleStore, Protocol):
 
     def queue_info(self, now: datetime) -> list[QueueInfo]:
         """Every queue with its limits, tasks per state, running count and oldest wait."""
+        ...
+
+    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
+        """Every history line written after ``since`` and at or before ``now``, PENDING
+        ones (submissions, give-backs, requeues) left out, by (at, task id, order
+        written): what started, ended or was reclaimed in that window, each with its
+        task's name and queue and, for a line that ends an attempt, when it started.
+
+        Metrics count these (docs/metrics.md): the SQL backends read them through an
+        index on the history's times, so a short window stays cheap however long
+        the history is.
+        """
         ...
 
     # -- live workers ---------------------------------------------------------------------

@@ -17,7 +17,8 @@ lockstep, comparing every answer:
   name subsets) and unknown task ids; the live workers: ``register_worker``
   (again, with other queues and leases), ``deregister_worker``,
   ``list_workers`` and ``prune_workers`` (a day and more later), with the
-  heartbeat's mark of its worker compared after every step;
+  heartbeat's mark of its worker compared after every step; ``recent_events``
+  (windows of several lengths, ending now or ahead of now);
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -846,6 +847,17 @@ class StoresAgree(RuleBasedStateMachine):
     def deregister_worker(self, owner: str) -> None:
         self.op = "workers"
         self.both("deregister_worker", owner)
+
+    @rule(ago=st.sampled_from([0, 1, 5, 30, 3600]), ahead=st.sampled_from([0, 10]))
+    def recent_events(self, ago: int, ahead: int) -> None:
+        """The history of a window ending now (or ahead of now), as metrics read it."""
+        self.op = "read"
+        now = self.now()
+        events = self.both(
+            "recent_events", now - timedelta(seconds=ago), now + timedelta(seconds=ahead)
+        )
+        assert all(e.state is not TaskState.PENDING for e in events)
+        assert [(e.at, e.task_id) for e in events] == sorted((e.at, e.task_id) for e in events)
 
     @rule(days=st.sampled_from([0, 1, 2]))
     def prune_workers(self, days: int) -> None:

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
-from durablesched.records import QueueStats
+from durablesched.records import QueueStats, RecentEvent
 from durablesched.states import TaskState
 from durablesched.store.sql.claiming import queue_limits
-from durablesched.store.sql.codec import error_from_json, from_db_time
+from durablesched.store.sql.codec import error_from_json, from_db_time, opt_time
 from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
@@ -23,6 +23,7 @@ from durablesched.store.sql.statements import (
     SQL_PURGE_BATCH,
     SQL_QUEUE_COUNTS,
     SQL_QUEUES,
+    SQL_RECENT_EVENTS,
     SQL_RECENT_FAILURES,
     SQL_REQUEUE,
     SQL_RUNNING,
@@ -154,3 +155,23 @@ def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
                 oldest = info["oldest_waiting_seconds"]
                 info["oldest_waiting_seconds"] = waited if oldest is None else max(oldest, waited)
     return [infos[name] for name in sorted(infos)]
+
+
+def recent_events(tx: Transactions, since: datetime, now: datetime) -> list[RecentEvent]:
+    """History lines of the window (since, now], PENDING ones left out (``Store.recent_events``)."""
+    params = {"since": tx._t(since), "now": tx._t(now)}
+    with tx._read("reading recent history") as conn:
+        rows = conn.execute(SQL_RECENT_EVENTS, params).all()
+    return [
+        RecentEvent(
+            r.task_id,
+            r.name,
+            r.queue,
+            TaskState(r.state),
+            r.attempt,
+            from_db_time(r.at),
+            r.detail,
+            opt_time(r.started_at),
+        )
+        for r in rows
+    ]

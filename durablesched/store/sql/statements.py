@@ -304,6 +304,20 @@ SQL_PURGE_BATCH = text(
     "ORDER BY finished_at LIMIT :batch)"
 )
 
+# -- what happened lately (metrics) ---------------------------------------------------------------
+
+#: History lines after ``:since`` up to ``:now`` (PENDING ones left out), through
+#: ``ix_task_events_at``, with their task's name and queue and, where the line before
+#: it in the task's history is its claim, that claim's time.
+SQL_RECENT_EVENTS = text(
+    "SELECT e.task_id, t.name, t.queue, e.state, e.attempt, e.at, e.detail, "
+    "(SELECT CASE WHEN p.state = 'RUNNING' THEN p.at END FROM task_events AS p "
+    " WHERE p.task_id = e.task_id AND p.id < e.id ORDER BY p.id DESC LIMIT 1) AS started_at "
+    "FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
+    "WHERE e.at > :since AND e.at <= :now AND e.state <> 'PENDING' "
+    "ORDER BY e.at, e.task_id, e.id"
+)
+
 # -- live workers --------------------------------------------------------------------------------
 
 #: Every column of a worker's row, in the order :func:`.workers.worker_info` reads them.

@@ -36,6 +36,7 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     QueueStats,
+    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -452,6 +453,9 @@ class SQLStore(Transactions):
 
     def queue_info(self, now: datetime) -> list[QueueInfo]:
         return operator_actions.queue_info(self, now)
+
+    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
+        return operator_actions.recent_events(self, since, now)
 
     # -- live workers: see workers.py ------------------------------------------------------------
 
