@@ -437,21 +437,44 @@ class WorkerInfo:
         return now - self.last_seen > self.lease + WORKER_FORGET_AFTER
 
 
-# -- what happened lately (``Store.recent_events``; metrics count these) --------------------------
+# -- what happened lately (``Store.activity``; metrics count it) ---------------------------------
+
+#: What ``Store.activity`` counts per queue: attempts started (claimed); attempts that
+#: ended succeeded, in an error (``failed``: retried or not, a reclaimed one included),
+#: in an error with a retry to come (``retried``), or cancelled while running; and
+#: leases that expired and were reclaimed.
+ACTIVITY_KINDS = ("started", "succeeded", "failed", "retried", "cancelled", "reclaimed")
+#: A reclaim's history line: ``lease of <owner> expired at <time> during attempt <n>``.
+RECLAIM_PREFIX = "lease of "
+RECLAIM_MARK = " expired at "
+
+
+class DurationCounts(NamedTuple):
+    """The attempts of one task name that ended in a window, and how long they ran."""
+
+    #: How many (reclaimed ones left out: they ran until their lease ran out, unseen).
+    runs: int
+    #: Their run times (claim to outcome) added up, in whole microseconds.
+    total_us: int
+    #: How many ran at most each bound asked for, in the bounds' order (cumulative).
+    at_most: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class RecentEvent:
-    """A history line of a recent window, with what metrics need of its task."""
+class Activity:
+    """What the history says happened in a window: :meth:`Store.activity`."""
 
-    task_id: int
-    #: The task's name and queue (a task never changes either).
-    name: str
-    queue: str
-    state: TaskState
-    attempt: int
-    at: datetime
-    detail: str | None
-    #: When the attempt this line ends started: the time of the task's previous line
-    #: when that one is its claim (RUNNING), else None (nothing ran just before it).
-    started_at: datetime | None
+    #: How many of each :data:`ACTIVITY_KINDS` per (queue, kind); absent: none.
+    attempts: Mapping[tuple[str, str], int]
+    #: Reclaimed leases per worker id (the owner whose lease expired).
+    lease_losses: Mapping[str, int]
+    #: Per task name, the attempts that ended and how long they ran.
+    durations: Mapping[str, DurationCounts]
+
+
+def reclaim_owner(detail: str | None) -> str | None:
+    """The worker whose lease a reclaim's history line says expired, or None if the
+    line is not a reclaim's."""
+    if detail is None or not detail.startswith(RECLAIM_PREFIX) or RECLAIM_MARK not in detail:
+        return None
+    return detail[len(RECLAIM_PREFIX) : detail.rindex(RECLAIM_MARK)]

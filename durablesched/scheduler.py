@@ -38,7 +38,7 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.registry = registry
-        self.clock: Clock = clock if clock is not None else _default_clock(store)
+        self.clock: Clock = clock if clock is not None else default_clock(store)
         self._listeners: list[Callable[[str, int], None]] = []
         self._listeners_lock = threading.Lock()
 
@@ -281,7 +281,7 @@ def _check_id(task_id: int) -> None:
         raise TaskNotFoundError(f"no task with id {task_id}: ids are 64-bit integers")
 
 
-def _default_clock(store: Store) -> Clock:
+def default_clock(store: Store) -> Clock:
     """The store's own lease clock if it has one (PostgreSQL: the server's), else this host's."""
     make = getattr(store, "server_clock", None)
     if callable(make):

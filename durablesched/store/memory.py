@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import json
 import threading
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -26,8 +27,10 @@ from durablesched.records import (
     FINDING_IDS,
     OVERDUE_AFTER,
     SUBMITTED,
+    Activity,
     CancelOutcome,
     Claim,
+    DurationCounts,
     Environment,
     ErrorInfo,
     Finding,
@@ -36,13 +39,13 @@ from durablesched.records import (
     NewTask,
     Outcome,
     OutcomeResult,
-    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
     TaskRecord,
     WorkerInfo,
     effective_key,
+    reclaim_owner,
 )
 from durablesched.schedules.declaration import (
     Fired,
@@ -62,6 +65,10 @@ if TYPE_CHECKING:
 _HeapEntry = tuple[datetime, int, int]
 #: A due task waiting in its queue: (-priority, due_at, seq, id), best first.
 _ReadyEntry = tuple[int, datetime, int, int]
+
+
+#: Run times are counted in whole microseconds, as the SQL backends count them.
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class MemoryStore:
@@ -508,38 +515,46 @@ class MemoryStore:
             findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
         return HealthReport(tuple(findings))
 
-    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
-        found: list[tuple[datetime, int, int, RecentEvent]] = []
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        limits = [b // _MICROSECOND for b in bounds]
+        attempts: Counter[tuple[str, str]] = Counter()
+        losses: Counter[str] = Counter()
+        runs: dict[str, list[int]] = {}
         with self._lock:
             for task_id, events in self._events.items():
                 task = self._tasks[task_id]
                 for i, e in enumerate(events):
                     if not since < e.at <= now or e.state is TaskState.PENDING:
                         continue
-                    before = events[i - 1] if i else None
-                    started = (
-                        before.at
-                        if before is not None and before.state is TaskState.RUNNING
-                        else None
-                    )
-                    found.append(
-                        (
-                            e.at,
-                            task_id,
-                            i,
-                            RecentEvent(
-                                task_id,
-                                task.name,
-                                task.queue,
-                                e.state,
-                                e.attempt,
-                                e.at,
-                                e.detail,
-                                started,
-                            ),
-                        )
-                    )
-        return [event for *_, event in sorted(found, key=lambda f: f[:3])]
+                    if e.state is TaskState.RUNNING:
+                        attempts[(task.queue, "started")] += 1
+                        continue
+                    before = events[i - 1]  # a task's first line is its submission
+                    if e.state is TaskState.CANCELLED and before.state is not TaskState.RUNNING:
+                        continue  # cancelled while waiting: no attempt ended
+                    kind = {
+                        TaskState.SUCCEEDED: "succeeded",
+                        TaskState.CANCELLED: "cancelled",
+                    }.get(e.state, "failed")
+                    attempts[(task.queue, kind)] += 1
+                    if e.state is TaskState.RETRY_WAIT:
+                        attempts[(task.queue, "retried")] += 1
+                    owner = reclaim_owner(e.detail)
+                    if owner is not None:
+                        attempts[(task.queue, "reclaimed")] += 1
+                        losses[owner] += 1
+                    elif before.state is TaskState.RUNNING:
+                        runs.setdefault(task.name, []).append((e.at - before.at) // _MICROSECOND)
+        return Activity(
+            attempts=dict(attempts),
+            lease_losses=dict(losses),
+            durations={
+                name: DurationCounts(
+                    len(us), sum(us), tuple(sum(1 for u in us if u <= b) for b in limits)
+                )
+                for name, us in runs.items()
+            },
+        )
 
     # -- live workers ---------------------------------------------------------------------
 

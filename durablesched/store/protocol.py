@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
+    Activity,
     CancelOutcome,
     Claim,
     HealthReport,
@@ -25,7 +26,6 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     QueueStats,
-    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -347,15 +347,17 @@ class Store(ScheduleStore, Protocol):
         """Every queue with its limits, tasks per state, running count and oldest wait."""
         ...
 
-    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
-        """Every history line written after ``since`` and at or before ``now``, PENDING
-        ones (submissions, give-backs, requeues) left out, by (at, task id, order
-        written): what started, ended or was reclaimed in that window, each with its
-        task's name and queue and, for a line that ends an attempt, when it started.
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        """What the history says happened after ``since`` and at or before ``now``.
 
-        Metrics count these (docs/metrics.md): the SQL backends read them through an
-        index on the history's times, so a short window stays cheap however long
-        the history is.
+        Per queue, the :data:`~durablesched.records.ACTIVITY_KINDS`: claims, and
+        attempts that ended (a history line whose previous line in its task's
+        history is the claim) succeeded, failed, retried, cancelled or reclaimed;
+        reclaimed leases per worker; per task name, the attempts that ended
+        (reclaims left out), their total run time in microseconds and how many ran
+        at most each of ``bounds`` (increasing). Counted by the database through an
+        index on the history's times: a window costs what it holds, however long
+        the history is (docs/metrics.md).
         """
         ...
 

@@ -1,14 +1,18 @@
 """The workers table with real worker processes: an idle worker stays seen, a worker
 killed with SIGKILL is shown as gone once its lease passes unseen, and one that exits
-cleanly (a signal, the end of a burst) removes its row."""
+cleanly (a signal, the end of a burst) removes its row; ``durablesched metrics --serve``
+shows the live one over HTTP."""
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +86,33 @@ def test_a_worker_exiting_cleanly_removes_its_row(
     burst = workers.start("--burst", "--burst-wait", "0", lease=LEASE)
     assert burst.wait(DEADLINE) == 0
     assert scheduler.workers(include_gone=True) == []
+
+
+def test_metrics_served_over_http_show_the_live_worker(
+    db: str, workers: Workers, scheduler: Scheduler, tmp_path: Path
+) -> None:
+    proc = workers.start(lease=LEASE)
+    wait_for(lambda: _row(scheduler, proc.pid) is not None, "the worker to register")
+    with socket.socket() as probe:  # a free port (another process could take it: rare)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = (tmp_path / "metrics.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "durablesched", "metrics", "--db", db, "--serve", str(port)],
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: "serving metrics at" in (tmp_path / "metrics.log").read_text(), "serving")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=DEADLINE) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            body = r.read().decode()
+        assert "durablesched_workers_alive 1.0" in body.splitlines()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(DEADLINE) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(DEADLINE)
+        out.close()

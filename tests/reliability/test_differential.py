@@ -17,8 +17,8 @@ lockstep, comparing every answer:
   name subsets) and unknown task ids; the live workers: ``register_worker``
   (again, with other queues and leases), ``deregister_worker``,
   ``list_workers`` and ``prune_workers`` (a day and more later), with the
-  heartbeat's mark of its worker compared after every step; ``recent_events``
-  (windows of several lengths, ending now or ahead of now);
+  heartbeat's mark of its worker compared after every step; ``activity``
+  (windows of several lengths, ending now or ahead of now, with several bounds);
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -848,16 +848,23 @@ class StoresAgree(RuleBasedStateMachine):
         self.op = "workers"
         self.both("deregister_worker", owner)
 
-    @rule(ago=st.sampled_from([0, 1, 5, 30, 3600]), ahead=st.sampled_from([0, 10]))
-    def recent_events(self, ago: int, ahead: int) -> None:
-        """The history of a window ending now (or ahead of now), as metrics read it."""
+    @rule(
+        ago=st.sampled_from([0, 1, 5, 30, 3600]),
+        ahead=st.sampled_from([0, 10]),
+        bounds=st.sampled_from([(), (0, 1, 5), (2, 30)]),
+    )
+    def activity(self, ago: int, ahead: int, bounds: tuple[int, ...]) -> None:
+        """What a window ending now (or ahead of now) holds, as metrics count it."""
         self.op = "read"
         now = self.now()
-        events = self.both(
-            "recent_events", now - timedelta(seconds=ago), now + timedelta(seconds=ahead)
+        activity = self.both(
+            "activity",
+            now - timedelta(seconds=ago),
+            now + timedelta(seconds=ahead),
+            [timedelta(seconds=b) for b in bounds],
         )
-        assert all(e.state is not TaskState.PENDING for e in events)
-        assert [(e.at, e.task_id) for e in events] == sorted((e.at, e.task_id) for e in events)
+        for runs in activity.durations.values():
+            assert list(runs.at_most) == sorted(runs.at_most) and runs.at_most[-1:] <= (runs.runs,)
 
     @rule(days=st.sampled_from([0, 1, 2]))
     def prune_workers(self, days: int) -> None:

@@ -1,6 +1,6 @@
-"""``durablesched workers`` and purge's forgetting of workers: in process, on a SQLite
-file whose workers are registered by hand at real times (the command reads the
-system clock)."""
+"""``durablesched workers``, purge's forgetting of workers and ``durablesched metrics``:
+in process, on a SQLite file whose workers are registered by hand at real times (the
+commands read the system clock)."""
 
 from __future__ import annotations
 
@@ -111,3 +111,22 @@ def test_purge_forgets_workers_gone_for_more_than_a_day(run: Run, db: Path) -> N
         "deleted": 0,
         "workers_forgotten": 0,
     }
+
+
+def test_metrics_prints_the_text_format_and_refuses_bad_options(run: Run, db: Path) -> None:
+    assert run("migrate").code == 0
+    _register(db, _worker("alive-1", timedelta(seconds=1)))
+    printed = run("metrics", "--window", "10m")
+    assert printed.code == 0, printed
+    lines = printed.out.splitlines()
+    assert "durablesched_workers_alive 1.0" in lines
+    assert "durablesched_metrics_window_seconds 600.0" in lines
+    assert 'durablesched_tasks{queue="default",state="PENDING"} 0.0' in lines
+    for bad, message in [
+        (["--window", "0s"], "--window must be longer than 0s"),
+        (["--window", "soon"], "--window must be a duration"),
+        (["--serve", "host:port"], "--serve's port must be a whole number"),
+        (["--serve", "70000"], "--serve's port"),
+    ]:
+        refused = run("metrics", *bad)
+        assert refused.code == 2 and message in refused.err, refused

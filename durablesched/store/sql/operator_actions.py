@@ -6,15 +6,22 @@ offers each as a method of the same name.
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+
+from sqlalchemy import TextClause
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
-from durablesched.records import QueueStats, RecentEvent
+from durablesched.records import Activity, DurationCounts, QueueStats, reclaim_owner
 from durablesched.states import TaskState
 from durablesched.store.sql.claiming import queue_limits
-from durablesched.store.sql.codec import error_from_json, from_db_time, opt_time
+from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
+    SQL_ACTIVITY_COUNTS,
+    SQL_ACTIVITY_RECLAIMS,
     SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
@@ -23,11 +30,11 @@ from durablesched.store.sql.statements import (
     SQL_PURGE_BATCH,
     SQL_QUEUE_COUNTS,
     SQL_QUEUES,
-    SQL_RECENT_EVENTS,
     SQL_RECENT_FAILURES,
     SQL_REQUEUE,
     SQL_RUNNING,
     SQL_STATE,
+    sql_activity_durations,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -157,21 +164,48 @@ def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
     return [infos[name] for name in sorted(infos)]
 
 
-def recent_events(tx: Transactions, since: datetime, now: datetime) -> list[RecentEvent]:
-    """History lines of the window (since, now], PENDING ones left out (``Store.recent_events``)."""
-    params = {"since": tx._t(since), "now": tx._t(now)}
+def activity(
+    tx: Transactions, since: datetime, now: datetime, bounds: Sequence[timedelta]
+) -> Activity:
+    """What the window's history says happened (``Store.activity``): three reads, each
+    through ``ix_task_events_at``."""
+    window = {"since": tx._t(since), "now": tx._t(now)}
+    limits = {f"b{i}": b // timedelta(microseconds=1) for i, b in enumerate(bounds)}
+    durations_sql = _durations_sql(len(bounds), tx.dialect.elapsed_us)
     with tx._read("reading recent history") as conn:
-        rows = conn.execute(SQL_RECENT_EVENTS, params).all()
-    return [
-        RecentEvent(
-            r.task_id,
-            r.name,
-            r.queue,
-            TaskState(r.state),
-            r.attempt,
-            from_db_time(r.at),
-            r.detail,
-            opt_time(r.started_at),
-        )
-        for r in rows
-    ]
+        counts = conn.execute(SQL_ACTIVITY_COUNTS, window).all()
+        reclaims = conn.execute(SQL_ACTIVITY_RECLAIMS, window).scalars().all()
+        durations = conn.execute(durations_sql, {**window, **limits}).all()
+    attempts: Counter[tuple[str, str]] = Counter()
+    for r in counts:
+        state = TaskState(r.state)
+        kind = _KIND.get(state, "failed")
+        attempts[(r.queue, kind)] += r.n
+        if state is TaskState.RETRY_WAIT:
+            attempts[(r.queue, "retried")] += r.n
+        if r.reclaim:
+            attempts[(r.queue, "reclaimed")] += r.n
+    losses = Counter(owner for owner in map(reclaim_owner, reclaims) if owner is not None)
+    return Activity(
+        attempts=dict(attempts),
+        lease_losses=dict(losses),
+        durations={
+            r.name: DurationCounts(
+                int(r.n), int(r.total), tuple(int(r[3 + i]) for i in range(len(bounds)))
+            )
+            for r in durations
+        },
+    )
+
+
+#: The kind of attempt count a history line's state adds to (FAILED, RETRY_WAIT: "failed").
+_KIND = {
+    TaskState.RUNNING: "started",
+    TaskState.SUCCEEDED: "succeeded",
+    TaskState.CANCELLED: "cancelled",
+}
+
+
+@functools.cache
+def _durations_sql(bounds: int, elapsed_us: str) -> TextClause:
+    return sql_activity_durations(bounds, elapsed_us)

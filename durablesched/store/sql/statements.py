@@ -304,19 +304,57 @@ SQL_PURGE_BATCH = text(
     "ORDER BY finished_at LIMIT :batch)"
 )
 
-# -- what happened lately (metrics) ---------------------------------------------------------------
+# -- what happened lately (metrics: Store.activity) ------------------------------------------------
 
-#: History lines after ``:since`` up to ``:now`` (PENDING ones left out), through
-#: ``ix_task_events_at``, with their task's name and queue and, where the line before
-#: it in the task's history is its claim, that claim's time.
-SQL_RECENT_EVENTS = text(
-    "SELECT e.task_id, t.name, t.queue, e.state, e.attempt, e.at, e.detail, "
-    "(SELECT CASE WHEN p.state = 'RUNNING' THEN p.at END FROM task_events AS p "
-    " WHERE p.task_id = e.task_id AND p.id < e.id ORDER BY p.id DESC LIMIT 1) AS started_at "
-    "FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
-    "WHERE e.at > :since AND e.at <= :now AND e.state <> 'PENDING' "
-    "ORDER BY e.at, e.task_id, e.id"
+#: History lines of the window (``:since``, ``:now``], read through ``ix_task_events_at``.
+_WINDOW = "e.at > :since AND e.at <= :now"
+#: A reclaim's history line (``lease of <owner> expired at ...``).
+_RECLAIM = "e.detail LIKE 'lease of % expired at %'"
+#: The line before ``e`` in its task's history: its state or time (its claim's, if RUNNING).
+_PREVIOUS = (
+    "(SELECT {what} FROM task_events AS p WHERE p.task_id = e.task_id AND p.id < e.id "
+    "ORDER BY p.id DESC LIMIT 1)"
 )
+#: Lines of the window per queue, state and whether a reclaim wrote them: claims, and
+#: ends of attempts (a CANCELLED line only when its task was running).
+SQL_ACTIVITY_COUNTS = text(
+    f"SELECT t.queue, e.state, CASE WHEN {_RECLAIM} THEN 1 ELSE 0 END AS reclaim, "
+    "count(*) AS n FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
+    f"WHERE {_WINDOW} AND e.state <> 'PENDING' AND (e.state <> 'CANCELLED' OR "
+    f"{_PREVIOUS.format(what='p.state')} = 'RUNNING') "
+    "GROUP BY t.queue, e.state, CASE WHEN "
+    f"{_RECLAIM} THEN 1 ELSE 0 END"
+)
+#: The reclaims' lines of the window (each names the worker whose lease expired).
+SQL_ACTIVITY_RECLAIMS = text(
+    f"SELECT e.detail FROM task_events AS e WHERE {_WINDOW} AND e.state <> 'PENDING' AND {_RECLAIM}"
+)
+
+
+def sql_activity_durations(bounds: int, elapsed_us: str) -> TextClause:
+    """Per task name, the attempts that ended in the window (reclaims left out): how
+    many, their run time in microseconds (``elapsed_us``: the database's exact
+    difference of ``{end}`` and ``{start}``), and how many ran at most ``:b0``,
+    ``:b1`` ... microseconds."""
+    ended = (
+        f"SELECT t.name AS name, e.at AS ended_at, {_PREVIOUS.format(what=_CLAIM_TIME)} "
+        "AS started_at FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
+        f"WHERE {_WINDOW} AND e.state IN ('SUCCEEDED', 'FAILED', 'RETRY_WAIT', 'CANCELLED') "
+        f"AND (e.detail IS NULL OR NOT {_RECLAIM})"
+    )
+    runs = (
+        f"SELECT name, {elapsed_us.format(end='ended_at', start='started_at')} AS us "
+        f"FROM ({ended}) AS ended WHERE started_at IS NOT NULL"
+    )
+    counts = "".join(
+        f", sum(CASE WHEN us <= :b{i} THEN 1 ELSE 0 END) AS b{i}" for i in range(bounds)
+    )
+    return text(
+        f"SELECT name, count(*) AS n, sum(us) AS total{counts} FROM ({runs}) AS runs GROUP BY name"
+    )
+
+
+_CLAIM_TIME = "CASE WHEN p.state = 'RUNNING' THEN p.at END"
 
 # -- live workers --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
     SUBMITTED,
+    Activity,
     CancelOutcome,
     Claim,
     Environment,
@@ -36,7 +37,6 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     QueueStats,
-    RecentEvent,
     Reclaimed,
     Submitted,
     TaskEvent,
@@ -454,8 +454,8 @@ class SQLStore(Transactions):
     def queue_info(self, now: datetime) -> list[QueueInfo]:
         return operator_actions.queue_info(self, now)
 
-    def recent_events(self, since: datetime, now: datetime) -> list[RecentEvent]:
-        return operator_actions.recent_events(self, since, now)
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        return operator_actions.activity(self, since, now, bounds)
 
     # -- live workers: see workers.py ------------------------------------------------------------
 
