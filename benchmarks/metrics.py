@@ -21,6 +21,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from durablesched import Scheduler, SQLiteStore, SystemClock
 from durablesched.metrics import metrics_text
@@ -83,9 +84,7 @@ def build(path: Path, tasks: int, recent: int) -> None:
     conn.close()
 
 
-def _insert(
-    conn: sqlite3.Connection, tasks: list[tuple[object, ...]], events: list[tuple[object, ...]]
-) -> None:
+def _insert(conn: sqlite3.Connection, tasks: list[Any], events: list[Any]) -> None:
     conn.executemany(
         "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
         "created_at, updated_at, finished_at, queue) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -117,8 +116,6 @@ def busy_rate(path: Path, n: int, *, scraped: bool) -> float:
     with or without a scrape a second meanwhile."""
     store = SQLiteStore(path, durability="normal")
     Scheduler(store).submit_many("noop", [{} for _ in range(n)])
-    first_new = store.list_tasks(state=None, limit=1)  # warm the connection
-    del first_new
     stop = threading.Event()
 
     def scrape() -> None:

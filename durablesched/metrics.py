@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from durablesched.errors import ConfigurationError
 from durablesched.records import ACTIVITY_KINDS, Activity
 from durablesched.scheduler import default_clock
-from durablesched.states import TaskState
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -134,7 +133,9 @@ class StoreCollector:
 
     def _queues(self, now: datetime) -> Iterator[Metric]:
         tasks = GaugeMetricFamily(
-            "durablesched_tasks", "Tasks now, per queue and state.", labels=["queue", "state"]
+            "durablesched_tasks",
+            "Live tasks now (PENDING, RUNNING, RETRY_WAIT), per queue and state.",
+            labels=["queue", "state"],
         )
         oldest = GaugeMetricFamily(
             "durablesched_queue_oldest_waiting_seconds",
@@ -144,9 +145,9 @@ class StoreCollector:
         paused = GaugeMetricFamily(
             "durablesched_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
         )
-        for info in self.store.queue_info(now):
-            for state in TaskState:
-                tasks.add_metric([info["name"], state.value], info["counts"][state.value])
+        for info in self.store.queue_info(now, finished=False):
+            for state, count in info["counts"].items():
+                tasks.add_metric([info["name"], state], count)
             oldest.add_metric([info["name"]], info["oldest_waiting_seconds"] or 0.0)
             paused.add_metric([info["name"]], float(info["paused"]))
         yield from (tasks, oldest, paused)

@@ -465,7 +465,8 @@ class MemoryStore:
             else:
                 self._starts.setdefault(limits.name, [])
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        shown = [s for s in TaskState if finished or s not in TERMINAL]
         with self._lock:
             infos: dict[str, QueueInfo] = {
                 q.name: QueueInfo(
@@ -473,13 +474,15 @@ class MemoryStore:
                     paused=q.paused,
                     concurrency=q.concurrency,
                     rate=None if q.rate is None else str(q.rate),
-                    counts={state.value: 0 for state in TaskState},
+                    counts={state.value: 0 for state in shown},
                     running=0,
                     oldest_waiting_seconds=None,
                 )
                 for q in self._queues.values()
             }
             for task in self._tasks.values():
+                if not finished and task.state in TERMINAL:
+                    continue
                 info = infos[task.queue]
                 info["counts"][task.state.value] += 1
                 if task.state is TaskState.RUNNING:

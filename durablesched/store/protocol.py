@@ -343,8 +343,13 @@ class Store(ScheduleStore, Protocol):
         from their next claim."""
         ...
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
-        """Every queue with its limits, tasks per state, running count and oldest wait."""
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        """Every queue with its limits, tasks per state, running count and oldest wait.
+
+        With ``finished=False`` the counts hold the live states only (PENDING,
+        RUNNING, RETRY_WAIT), read through the indexes of live tasks: cheap however
+        many finished tasks the history keeps (metrics read them so).
+        """
         ...
 
     def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:

@@ -507,6 +507,7 @@ class StoresAgree(RuleBasedStateMachine):
         self.op = "read"
         self.both("queue_limits")
         self.both("queue_info", self.now())
+        self.both("queue_info", self.now(), finished=False)
 
     @rule()
     def stats(self) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy import TextClause
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
 from durablesched.records import Activity, DurationCounts, QueueStats, reclaim_owner
-from durablesched.states import TaskState
+from durablesched.states import TERMINAL, TaskState
 from durablesched.store.sql.claiming import queue_limits
 from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
@@ -25,6 +25,7 @@ from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
+    SQL_LIVE_QUEUE_COUNTS,
     SQL_OLDEST_OVERDUE,
     SQL_OVERDUE_BY_NAME,
     SQL_PURGE_BATCH,
@@ -135,8 +136,10 @@ def purge(tx: Transactions, before: datetime, *, batch: int = 10_000) -> int:
             return total
 
 
-def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
-    """Every queue: its limits, tasks per state, how many run, how long the oldest waits."""
+def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+    """Every queue: its limits, tasks per state, how many run, how long the oldest waits
+    (without ``finished``, the live states only, through ``ix_tasks_state_name``)."""
+    shown = [s for s in TaskState if finished or s not in TERMINAL]
     with tx._read("reading the queues") as conn:
         infos: dict[str, QueueInfo] = {}
         for row in conn.execute(SQL_QUEUES):
@@ -146,11 +149,12 @@ def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
                 paused=limits.paused,
                 concurrency=limits.concurrency,
                 rate=None if limits.rate is None else str(limits.rate),
-                counts={state.value: 0 for state in TaskState},
+                counts={state.value: 0 for state in shown},
                 running=0,
                 oldest_waiting_seconds=None,
             )
-        for r in conn.execute(SQL_QUEUE_COUNTS, {"now": tx._t(now)}):
+        counts = SQL_QUEUE_COUNTS if finished else SQL_LIVE_QUEUE_COUNTS
+        for r in conn.execute(counts, {"now": tx._t(now)}):
             info = infos.get(r.queue)
             if info is None:
                 continue  # a queue whose row was made by hand and removed: not ours to show

@@ -87,10 +87,16 @@ SQL_FORGET_STARTS = text(
 SQL_REMEMBER_START = text("INSERT INTO durablesched_queue_starts (queue, at) VALUES (:queue, :at)")
 #: Per queue and state: how many tasks, and the earliest due time of the claimable ones
 #: already due (how long the oldest has waited).
-SQL_QUEUE_COUNTS = text(
+_QUEUE_COUNTS = (
     "SELECT queue, state, count(*) AS tasks, "
     f"min(CASE WHEN {CLAIMABLE_SQL} AND due_at <= :now THEN due_at END) AS oldest_due "
-    "FROM tasks GROUP BY queue, state"
+    "FROM tasks {where} GROUP BY queue, state"
+)
+SQL_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=""))
+#: The same for the live states only: ``ix_tasks_state_name`` finds them without
+#: reading the finished ones.
+SQL_LIVE_QUEUE_COUNTS = text(
+    _QUEUE_COUNTS.format(where="WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')")
 )
 
 # -- history and keys ----------------------------------------------------------------------------
@@ -344,13 +350,16 @@ def sql_activity_durations(bounds: int, elapsed_us: str) -> TextClause:
     )
     runs = (
         f"SELECT name, {elapsed_us.format(end='ended_at', start='started_at')} AS us "
-        f"FROM ({ended}) AS ended WHERE started_at IS NOT NULL"
+        "FROM ended WHERE started_at IS NOT NULL"
     )
     counts = "".join(
         f", sum(CASE WHEN us <= :b{i} THEN 1 ELSE 0 END) AS b{i}" for i in range(bounds)
     )
+    # MATERIALIZED: each line's claim is looked up once, each run's time worked out
+    # once; flattened, both would be repeated in every expression that uses them.
     return text(
-        f"SELECT name, count(*) AS n, sum(us) AS total{counts} FROM ({runs}) AS runs GROUP BY name"
+        f"WITH ended AS MATERIALIZED ({ended}), runs AS MATERIALIZED ({runs}) "
+        f"SELECT name, count(*) AS n, sum(us) AS total{counts} FROM runs GROUP BY name"
     )
 
 

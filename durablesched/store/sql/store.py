@@ -451,8 +451,8 @@ class SQLStore(Transactions):
             conn.execute(SQL_PUT_QUEUE, params)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
-        return operator_actions.queue_info(self, now)
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        return operator_actions.queue_info(self, now, finished=finished)
 
     def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
         return operator_actions.activity(self, since, now, bounds)
