@@ -37,6 +37,7 @@ from .records import QueueStats as QueueStats
 from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
+from .records import WorkerInfo as WorkerInfo
 from .registry import TaskRegistry as TaskRegistry
 from .retry import RetryPolicy as RetryPolicy
 from .scheduler import Scheduler as Scheduler
@@ -109,5 +110,6 @@ __all__ = [
     "UnknownTaskNameError",
     "UnsupportedOperationError",
     "Worker",
+    "WorkerInfo",
     "open_store",
 ]

@@ -405,3 +405,94 @@ class HealthReport:
     @property
     def healthy(self) -> bool:
         return not self.findings
+
+
+# -- live workers (``Store.register_worker``, ``durablesched workers``) ---------------------------
+
+#: How long after it is gone (not seen for longer than its lease) a worker's row is
+#: deleted, at the next worker's registration or ``durablesched purge``; until then it
+#: is listed as gone (``durablesched workers --all``), so a crash stays visible a while.
+WORKER_FORGET_AFTER = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker process as it registered, and when it was last seen.
+
+    A worker is *alive* while it was seen within its lease (its heartbeats, every
+    third of a lease by default, refresh ``last_seen`` even when it holds no
+    task), *gone* after that: killed, frozen, or cut off from the database. A
+    worker that exits cleanly removes its row; a gone one's row is deleted
+    :data:`WORKER_FORGET_AFTER` later.
+    """
+
+    #: The worker's owner id: its claims carry it (``TaskRecord.lease_owner``, history lines).
+    id: str
+    host: str
+    pid: int
+    #: The queues served, each with its slots; None: every queue.
+    queues: Mapping[str, int] | None
+    #: How many attempts it runs at once (with ``queues``, their slots' sum).
+    concurrency: int
+    #: The durablesched version it runs.
+    version: str
+    started_at: datetime
+    last_seen: datetime
+    #: How long it may go unseen and still count as alive: its task lease.
+    lease: timedelta
+
+    def alive(self, now: datetime) -> bool:
+        """Seen within its lease at ``now``."""
+        return now - self.last_seen <= self.lease
+
+    def state(self, now: datetime) -> str:
+        """The worker's state at ``now``: "alive" or "gone"."""
+        return "alive" if self.alive(now) else "gone"
+
+    def forgotten(self, now: datetime) -> bool:
+        """Gone for longer than :data:`WORKER_FORGET_AFTER` at ``now``: listed no more, and
+        deleted when next pruned."""
+        return now - self.last_seen > self.lease + WORKER_FORGET_AFTER
+
+
+# -- what happened lately (``Store.activity``; metrics count it) ---------------------------------
+
+#: What ``Store.activity`` counts per queue: attempts started (claimed); attempts that
+#: ended succeeded, in an error (``failed``: retried or not, a reclaimed one included),
+#: in an error with a retry to come (``retried``), or cancelled while running; and
+#: leases that expired and were reclaimed.
+ACTIVITY_KINDS = ("started", "succeeded", "failed", "retried", "cancelled", "reclaimed")
+#: A reclaim's history line: ``lease of <owner> expired at <time> during attempt <n>``.
+RECLAIM_PREFIX = "lease of "
+RECLAIM_MARK = " expired at "
+
+
+class DurationCounts(NamedTuple):
+    """The attempts of one task name that ended in a window, and how long they ran."""
+
+    #: How many (reclaimed ones left out: they ran until their lease ran out, unseen).
+    runs: int
+    #: Their run times (claim to outcome) added up, in whole microseconds.
+    total_us: int
+    #: How many ran at most each bound asked for, in the bounds' order (cumulative).
+    at_most: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What the history says happened in a window: :meth:`Store.activity`."""
+
+    #: How many of each :data:`ACTIVITY_KINDS` per (queue, kind); absent: none.
+    attempts: Mapping[tuple[str, str], int]
+    #: Reclaimed leases per worker id (the owner whose lease expired).
+    lease_losses: Mapping[str, int]
+    #: Per task name, the attempts that ended and how long they ran.
+    durations: Mapping[str, DurationCounts]
+
+
+def reclaim_owner(detail: str | None) -> str | None:
+    """The worker whose lease a reclaim's history line says expired, or None if the
+    line is not a reclaim's."""
+    if detail is None or not detail.startswith(RECLAIM_PREFIX) or RECLAIM_MARK not in detail:
+        return None
+    return detail[len(RECLAIM_PREFIX) : detail.rindex(RECLAIM_MARK)]

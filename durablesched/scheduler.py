@@ -11,7 +11,14 @@ from durablesched.attempts import AttemptInfo, attempts_from_history
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
-from durablesched.records import CancelOutcome, NewTask, Submitted, TaskEvent, TaskRecord
+from durablesched.records import (
+    CancelOutcome,
+    NewTask,
+    Submitted,
+    TaskEvent,
+    TaskRecord,
+    WorkerInfo,
+)
 from durablesched.registry import TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
@@ -39,7 +46,7 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.registry = registry
-        self.clock: Clock = clock if clock is not None else _default_clock(store)
+        self.clock: Clock = clock if clock is not None else default_clock(store)
         self._listeners: list[Callable[[str, int], None]] = []
         self._listeners_lock = threading.Lock()
 
@@ -142,6 +149,18 @@ class Scheduler:
             priority=priority,
         )
         return self._store(tasks)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:
+        """The worker processes running on this store: alive ones (seen within their
+        lease), by start time; with ``include_gone``, also those not seen for longer
+        (killed, frozen or cut off), until they are forgotten a day later.
+
+        ``WorkerInfo.state(now)`` says which a worker is at a given time.
+        """
+        now = self.clock.now()
+        return [w for w in self.store.list_workers(now) if include_gone or w.alive(now)]
 
     # -- queues -------------------------------------------------------------------------------
 
@@ -320,7 +339,7 @@ def _check_id(task_id: int) -> None:
         raise TaskNotFoundError(f"no task with id {task_id}: ids are 64-bit integers")
 
 
-def _default_clock(store: Store) -> Clock:
+def default_clock(store: Store) -> Clock:
     """The store's own lease clock if it has one (PostgreSQL: the server's), else this host's."""
     make = getattr(store, "server_clock", None)
     if callable(make):

@@ -109,12 +109,17 @@ def cmd_purge(args: argparse.Namespace) -> int:
         except OverflowError:  # older than the calendar: nothing can be that old
             before = datetime.min.replace(tzinfo=UTC)
         deleted = store.purge(before, batch=batch)
+        # Rows of workers gone for a day: purge is the operator's clean-up, and a
+        # database whose workers no longer start would keep them otherwise.
+        forgotten = store.prune_workers(SystemClock().now())
     finally:
         store.close()
     if args.json:
-        print_json({"deleted": deleted})
+        print_json({"deleted": deleted, "workers_forgotten": forgotten})
     else:
         print(f"deleted {deleted} finished task(s) older than {args.older_than}")
+        if forgotten:
+            print(f"forgot {forgotten} worker(s) gone for more than a day")
     return EXIT_OK
 
 

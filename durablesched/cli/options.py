@@ -40,6 +40,8 @@ DEFAULTS: dict[str, str] = {
     "move_batch": "500",
     # How long past its due time an unclaimed task is reported by `check`.
     "overdue_after": f"{OVERDUE_AFTER.total_seconds():g}s",
+    # `metrics`: how far back attempts, reclaims and durations are counted.
+    "window": "1h",
     # `schedule add`: the API's defaults (durablesched.schedules.declaration.schedule).
     "timezone": "UTC",
     "misfire": "latest",

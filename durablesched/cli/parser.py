@@ -8,7 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import metadata
 
-from durablesched.cli import check, operate, queues, schedules, schema, tasks, worker
+from durablesched.cli import (
+    check,
+    metrics,
+    operate,
+    queues,
+    schedules,
+    schema,
+    tasks,
+    worker,
+    workers,
+)
 from durablesched.cli.options import Commands, Parser, option, switch
 
 #: Each command module adds its commands; their order is the order in ``--help``.
@@ -20,6 +30,8 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     queues.register,
     check.register,
     schedules.register,
+    workers.register,
+    metrics.register,
 )
 
 

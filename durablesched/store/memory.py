@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import json
 import threading
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -26,8 +27,10 @@ from durablesched.records import (
     FINDING_IDS,
     OVERDUE_AFTER,
     SUBMITTED,
+    Activity,
     CancelOutcome,
     Claim,
+    DurationCounts,
     Environment,
     ErrorInfo,
     Finding,
@@ -40,7 +43,9 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
     effective_key,
+    reclaim_owner,
 )
 from durablesched.schedules.declaration import (
     Fired,
@@ -60,6 +65,10 @@ if TYPE_CHECKING:
 _HeapEntry = tuple[datetime, int, int]
 #: A due task waiting in its queue: (-priority, due_at, seq, id), best first.
 _ReadyEntry = tuple[int, datetime, int, int]
+
+
+#: Run times are counted in whole microseconds, as the SQL backends count them.
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class MemoryStore:
@@ -100,6 +109,8 @@ class MemoryStore:
         self._latest_fire: dict[str, datetime] = {}
         #: The latest fire of each schedule that made a task: (fire time, task id).
         self._latest_task: dict[str, tuple[datetime, int]] = {}
+        #: Registered workers by id.
+        self._workers: dict[str, WorkerInfo] = {}
 
     # -- introspection for tests and docs --------------------------------------------------
 
@@ -197,6 +208,9 @@ class MemoryStore:
     ) -> list[LeaseStatus]:
         renewed: list[LeaseStatus] = []
         with self._lock:
+            seen = self._workers.get(owner)
+            if seen is not None:
+                self._workers[owner] = replace(seen, last_seen=now)
             for claim in sorted(claims, key=lambda c: c.task_id):
                 task = self._valid(claim, owner, now)
                 if task is None or (renewed and renewed[-1].task_id == task.id):
@@ -451,7 +465,8 @@ class MemoryStore:
             else:
                 self._starts.setdefault(limits.name, [])
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        shown = [s for s in TaskState if finished or s not in TERMINAL]
         with self._lock:
             infos: dict[str, QueueInfo] = {
                 q.name: QueueInfo(
@@ -459,13 +474,15 @@ class MemoryStore:
                     paused=q.paused,
                     concurrency=q.concurrency,
                     rate=None if q.rate is None else str(q.rate),
-                    counts={state.value: 0 for state in TaskState},
+                    counts={state.value: 0 for state in shown},
                     running=0,
                     oldest_waiting_seconds=None,
                 )
                 for q in self._queues.values()
             }
             for task in self._tasks.values():
+                if not finished and task.state in TERMINAL:
+                    continue
                 info = infos[task.queue]
                 info["counts"][task.state.value] += 1
                 if task.state is TaskState.RUNNING:
@@ -500,6 +517,75 @@ class MemoryStore:
             ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
             findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
         return HealthReport(tuple(findings))
+
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        limits = [b // _MICROSECOND for b in bounds]
+        attempts: Counter[tuple[str, str]] = Counter()
+        losses: Counter[str] = Counter()
+        runs: dict[str, list[int]] = {}
+        with self._lock:
+            for task_id, events in self._events.items():
+                task = self._tasks[task_id]
+                for i, e in enumerate(events):
+                    if not since < e.at <= now or e.state is TaskState.PENDING:
+                        continue
+                    if e.state is TaskState.RUNNING:
+                        attempts[(task.queue, "started")] += 1
+                        continue
+                    before = events[i - 1]  # a task's first line is its submission
+                    if e.state is TaskState.CANCELLED and before.state is not TaskState.RUNNING:
+                        continue  # cancelled while waiting: no attempt ended
+                    kind = {
+                        TaskState.SUCCEEDED: "succeeded",
+                        TaskState.CANCELLED: "cancelled",
+                    }.get(e.state, "failed")
+                    attempts[(task.queue, kind)] += 1
+                    if e.state is TaskState.RETRY_WAIT:
+                        attempts[(task.queue, "retried")] += 1
+                    owner = reclaim_owner(e.detail)
+                    if owner is not None:
+                        attempts[(task.queue, "reclaimed")] += 1
+                        losses[owner] += 1
+                    elif before.state is TaskState.RUNNING:
+                        runs.setdefault(task.name, []).append((e.at - before.at) // _MICROSECOND)
+        return Activity(
+            attempts=dict(attempts),
+            lease_losses=dict(losses),
+            durations={
+                name: DurationCounts(
+                    len(us), sum(us), tuple(sum(1 for u in us if u <= b) for b in limits)
+                )
+                for name, us in runs.items()
+            },
+        )
+
+    # -- live workers ---------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo, now: datetime) -> None:
+        with self._lock:
+            self._prune_workers(now)
+            self._workers[worker.id] = replace(
+                worker, queues=None if worker.queues is None else dict(worker.queues)
+            )
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        with self._lock:
+            return self._workers.pop(worker_id, None) is not None
+
+    def list_workers(self, now: datetime) -> list[WorkerInfo]:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.forgotten(now)]
+        return sorted(workers, key=lambda w: (w.started_at, w.id))
+
+    def prune_workers(self, now: datetime) -> int:
+        with self._lock:
+            return self._prune_workers(now)
+
+    def _prune_workers(self, now: datetime) -> int:
+        forgotten = [w.id for w in self._workers.values() if w.forgotten(now)]
+        for worker_id in forgotten:
+            del self._workers[worker_id]
+        return len(forgotten)
 
     def watch_changes(self, poll_interval: float = 0.01) -> None:
         """No other process can write here: in-process notifications are enough."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
+    Activity,
     CancelOutcome,
     Claim,
     HealthReport,
@@ -29,6 +30,7 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
@@ -237,7 +239,9 @@ class Store(ScheduleStore, Protocol):
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
     ) -> list[LeaseStatus]:
-        """Extend every still-valid claim to ``now + lease`` in one step.
+        """Extend every still-valid claim to ``now + lease`` in one step, and mark the
+        worker ``owner`` seen at ``now`` (if it registered) in the same step: with no
+        claims, that alone.
 
         The result is in task id order; claims missing from it were lost.
         """
@@ -339,8 +343,53 @@ class Store(ScheduleStore, Protocol):
         from their next claim."""
         ...
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
-        """Every queue with its limits, tasks per state, running count and oldest wait."""
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        """Every queue with its limits, tasks per state, running count and oldest wait.
+
+        With ``finished=False`` the counts hold the live states only (PENDING,
+        RUNNING, RETRY_WAIT), read through the indexes of live tasks: cheap however
+        many finished tasks the history keeps (metrics read them so).
+        """
+        ...
+
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        """What the history says happened after ``since`` and at or before ``now``.
+
+        Per queue, the :data:`~durablesched.records.ACTIVITY_KINDS`: claims, and
+        attempts that ended (a history line whose previous line in its task's
+        history is the claim) succeeded, failed, retried, cancelled or reclaimed;
+        reclaimed leases per worker; per task name, the attempts that ended
+        (reclaims left out), their total run time in microseconds and how many ran
+        at most each of ``bounds`` (increasing). Counted by the database through an
+        index on the history's times: a window costs what it holds, however long
+        the history is (docs/metrics.md).
+        """
+        ...
+
+    # -- live workers ---------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo, now: datetime) -> None:
+        """Store ``worker`` as given (a row of the same id is replaced: a worker
+        registering again), and delete the rows of workers forgotten at ``now``
+        (:meth:`prune_workers`), in one step.
+
+        Pruning here costs nothing on the busy path (a worker registers once, at
+        start) and keeps the rows bounded by the workers started in a day.
+        """
+        ...
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        """Delete the worker's row (a clean exit); False if there was none."""
+        ...
+
+    def list_workers(self, now: datetime) -> list[WorkerInfo]:
+        """Every registered worker not yet forgotten at ``now`` (see
+        :meth:`WorkerInfo.forgotten`), alive or gone, by (started_at, id)."""
+        ...
+
+    def prune_workers(self, now: datetime) -> int:
+        """Delete the rows of workers forgotten at ``now``: gone for longer than
+        :data:`~durablesched.records.WORKER_FORGET_AFTER`. Returns how many."""
         ...
 
     def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:

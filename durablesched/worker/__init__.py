@@ -10,6 +10,7 @@ One module per job, composed by :class:`Worker`:
 - ``threads``: the task threads;
 - ``commit``: the group commit of outcomes, and the claim into freed slots;
 - ``leases``: heartbeats, lease checks, the reclaim of expired leases;
+- ``presence``: this worker's row in the workers table (registered, removed);
 - ``trouble``: store errors: backoff, one log line per distinct error, giving up;
 - ``watch``: what a commit by another process changes here.
 """

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from durablesched.records import LeaseStatus
 from durablesched.scheduler import Scheduler
 from durablesched.worker.options import WorkerOptions
+from durablesched.worker.presence import Presence
 from durablesched.worker.slots import Running, Slots
 
 # The logger name the worker's lines have always carried, whichever module
@@ -27,7 +28,8 @@ class Leases:
     """The heartbeat of every lease this worker holds, and the reclaim of expired ones.
 
     A heartbeat renews every held lease in one store call, every
-    ``heartbeat_interval``; in between, a lease check (a read) hears of lost
+    ``heartbeat_interval``, and marks this worker seen (a registered worker's
+    heartbeat runs even when it holds nothing); in between, a lease check (a read) hears of lost
     leases and cancel requests when another process committed. Expired leases,
     anyone's, are looked for at most every ``reclaim_interval``.
     """
@@ -38,12 +40,15 @@ class Leases:
         slots: Slots,
         options: WorkerOptions,
         retry_delay: Callable[[str, int], timedelta],
+        presence: Presence,
     ) -> None:
         self._scheduler = scheduler
         self._slots = slots
         self._owner = options.owner
         self._lease = options.lease
         self._heartbeat_interval = options.heartbeat_interval
+        #: A registered worker heartbeats even holding nothing: the heartbeat marks it seen.
+        self._presence = presence
         #: For the reclaim: when a task whose lease expired is tried again.
         self._retry_delay = retry_delay
         self.next_heartbeat: datetime | None = None
@@ -71,13 +76,16 @@ class Leases:
             self.next_heartbeat = self._scheduler.clock.now() + self._heartbeat_interval
 
     def heartbeat(self, now: datetime | None = None, *, force: bool = True) -> None:
-        """Renew every lease this worker holds in one store call, and pass on cancel requests."""
+        """Renew every lease this worker holds in one store call, and pass on cancel requests.
+
+        The same call marks the worker seen in the workers table.
+        """
         now = now or self._scheduler.clock.now()
         if not force and self.next_heartbeat is not None and now < self.next_heartbeat:
             return
         self.next_heartbeat = now + self._heartbeat_interval
         held = self._slots.held()
-        if held:
+        if held or self._presence.registered:
             claims = [r.claim for r in held.values()]
             try:
                 statuses = self._scheduler.store.heartbeat(self._owner, claims, now, self._lease)

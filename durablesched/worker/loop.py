@@ -29,6 +29,7 @@ from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
 from durablesched.worker.options import WorkerOptions, finite_seconds
+from durablesched.worker.presence import Presence
 from durablesched.worker.schedules import ScheduleStep
 from durablesched.worker.slots import Running, Slots, free_slots
 from durablesched.worker.threads import TaskThreads
@@ -122,7 +123,8 @@ class Worker:
         attempts = self._attempts = AttemptRunner(scheduler, self.registry, slots, options, rng)
         self._trouble = StoreTrouble(options.give_up_after, rng, options.max_store_failures)
         self._watch = ChangeWatch(slots, options.concurrency, self._wakeup)
-        self._leases = Leases(scheduler, slots, options, attempts.retry_delay)
+        self._presence = Presence(scheduler, options)
+        self._leases = Leases(scheduler, slots, options, attempts.retry_delay, self._presence)
         self._commit = GroupCommit(
             scheduler,
             self.registry,
@@ -198,6 +200,11 @@ class Worker:
     ) -> None:
         """Loop until ``stop`` is set (or :meth:`stop` is called), then wait for running tasks.
 
+        The worker registers in the store's workers table as the loop starts
+        (:meth:`Scheduler.workers` lists it), is marked seen by every heartbeat,
+        idle or not, and removes its row once it stops with nothing running
+        (else at the end of :meth:`shutdown` or :meth:`stop`).
+
         With ``burst``, return once nothing runs here and no task could be claimed
         now or within ``burst_wait`` seconds: a retry due that soon, or the lease
         of another worker expiring that soon (its task is then reclaimed and run
@@ -219,6 +226,8 @@ class Worker:
                 if self._watch.error is not None:
                     raise self._watch.error
                 try:
+                    if not self._presence.registered:
+                        self._presence.register(clock.now())
                     claimed = self.run_once()
                     if self._commit.error is not None:
                         raise self._commit.error  # outcomes it could not record
@@ -244,6 +253,10 @@ class Worker:
             self._watch.close()
             if self._stopping.is_set():
                 self._tell_shutdown()
+            if not self.active_count:
+                # Nothing left to finish: gone from the workers table now (with tasks
+                # still running, shutdown() or stop() removes the row once they end).
+                self._presence.deregister()
 
     def request_stop(self) -> None:
         """Stop claiming new tasks; :meth:`run` returns soon after. Safe from a signal handler.
@@ -283,12 +296,17 @@ class Worker:
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
+        self._presence.deregister()
         return released
 
     def start(self) -> threading.Thread:
-        """Run the loop in a background thread."""
+        """Run the loop in a background thread, registered in the workers table before
+        this returns."""
         if self._thread is not None:
             raise ConfigurationError("this worker was already started")
+        # Registered before start() returns, so that the caller sees it listed at once
+        # (a store error propagates: the worker did not start).
+        self._presence.register(self.scheduler.clock.now())
         self._thread = threading.Thread(
             target=self.run, name=f"durablesched-{self.owner}", daemon=True
         )
@@ -303,12 +321,13 @@ class Worker:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 return False
+        finished = True
         if self._pool is not None:
             finished = self.wait_idle(timeout if timeout is not None else float("inf"))
             self._pool.shutdown(wait=finished)
             self._pool = None
-            return finished
-        return True
+        self._presence.deregister()
+        return finished
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no task is running here (True) or ``timeout`` seconds pass (False)."""
@@ -430,7 +449,9 @@ class Worker:
 
     def _next_wake_time(self, now: datetime, next_claim: datetime | None) -> datetime | None:
         times: list[datetime] = [] if next_claim is None else [next_claim]
-        if self.active_count and self._leases.next_heartbeat is not None:
+        if (self.active_count or self._presence.registered) and (
+            self._leases.next_heartbeat is not None
+        ):
             times.append(self._leases.next_heartbeat)
         if self._watch.changed_elsewhere and self.active_count:
             # A commit seen while an early heartbeat was not yet allowed: make it

@@ -108,7 +108,10 @@ def test_submit_ls_show_cancel_retry_stats_purge_json(db: str) -> None:
     stats = as_json(cli("stats", "--json", db=db))
     assert stats["counts"]["PENDING"] == 3
     assert stats["oldest_overdue"]["id"] == first["id"]
-    assert as_json(cli("purge", "--older-than", "0s", "--json", db=db)) == {"deleted": 0}
+    assert as_json(cli("purge", "--older-than", "0s", "--json", db=db)) == {
+        "deleted": 0,
+        "workers_forgotten": 0,
+    }
     table = cli("ls", db=db).stdout
     assert "record" in table and "PENDING" in table
 

@@ -196,3 +196,19 @@ def test_rates_read_and_print(text: str, count: int, seconds: int, shown: str) -
 def test_bad_rates_are_refused(text: str) -> None:
     with pytest.raises(InvalidTaskError):
         Rate.parse(text)
+
+
+def test_queue_info_without_finished_counts_the_live_states_only(store: BackendStore) -> None:
+    done, waiting = ids_of(store, [new(queue="mail"), new(queue="mail", due=30)])
+    (claim,) = store.claim("w", 1, at(20), LEASE)
+    assert claim.task_id == done
+    store.complete(claim, None, at(21))
+    (full,) = [q for q in store.queue_info(at(40)) if q["name"] == "mail"]
+    (live,) = [q for q in store.queue_info(at(40), finished=False) if q["name"] == "mail"]
+    assert full["counts"]["SUCCEEDED"] == 1
+    assert live["counts"] == {"PENDING": 1, "RUNNING": 0, "RETRY_WAIT": 0}
+    assert live["oldest_waiting_seconds"] == full["oldest_waiting_seconds"] == 10
+    assert {k: v for k, v in full.items() if k != "counts"} == {
+        k: v for k, v in live.items() if k != "counts"
+    }
+    assert waiting != done

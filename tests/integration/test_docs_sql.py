@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from durablesched import ErrorInfo, SQLiteStore, TaskState
+from durablesched import ErrorInfo, SQLiteStore, TaskState, WorkerInfo
 from durablesched.records import NewTask
 from durablesched.store.sql.codec import to_db_time
 
@@ -61,6 +61,11 @@ def queue(tmp_path: Path) -> tuple[Path, datetime, dict[str, int]]:
     store.requeue(ids["g"], b + minutes(20))
     store.complete(claim("g", b + minutes(21)), 1, b + minutes(23))  # type: ignore[arg-type]
     claim("j", b + minutes(40), SHORT)  # its worker is gone: the lease is long expired
+    # Worker w is alive (seen now); an older one, seen last at B, is gone.
+    for worker_id, seen in (("w", now), ("old", b)):
+        store.register_worker(
+            WorkerInfo(worker_id, "box", 1, None, 4, "0.1.0", seen, seen, SHORT), seen
+        )
     history = store.history(ids["a"])
     store.close()
     assert ids["a"] == 1 and [e.state for e in history] == [
@@ -76,7 +81,7 @@ def test_every_query_in_the_docs_answers_sensibly(
 ) -> None:
     path, b, ids = queue
     queries = re.findall(r"```sql\n(.*?)```", DOCS.read_text(), flags=re.S)
-    assert len(queries) == 11
+    assert len(queries) == 12
     with sqlite3.connect(path) as conn:
         r = [conn.execute(q).fetchall() for q in queries]
         story = conn.execute(
@@ -137,3 +142,6 @@ def test_every_query_in_the_docs_answers_sensibly(
         (to_db_time(b + minutes(start)), to_db_time(b + minutes(end)))
         for start, end in ((1, 2), (6, 7))
     ]
+    # 12. the workers: the old one gone (an hour unseen), w alive and holding j
+    assert [(row[0], row[1], row[3]) for row in r[11]] == [("old", "gone", 0), ("w", "alive", 1)]
+    assert 3500 < r[11][0][2] < 3700 and 0 <= r[11][1][2] < 60

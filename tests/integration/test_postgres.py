@@ -78,6 +78,7 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
             "tasks_due",
             "tasks_running",
             "tasks_failed",
+            "workers",
         }
     finally:
         engine.dispose()

@@ -14,7 +14,11 @@ lockstep, comparing every answer:
   database effects, a raising effect, failures, retries, cancellations, repeats
   of one claim, then a claim with names and process names), ``acknowledge_cancel``,
   ``release``, ``request_cancel``, ``reclaim_expired``, ``next_wakeup`` (with
-  name subsets) and unknown task ids;
+  name subsets) and unknown task ids; the live workers: ``register_worker``
+  (again, with other queues and leases), ``deregister_worker``,
+  ``list_workers`` and ``prune_workers`` (a day and more later), with the
+  heartbeat's mark of its worker compared after every step; ``activity``
+  (windows of several lengths, ending now or ahead of now, with several bounds);
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -92,12 +96,14 @@ from durablesched import (
 from durablesched.attempts import attempts_from_history
 from durablesched.records import (
     TASK_KEY_PREFIX,
+    WORKER_FORGET_AFTER,
     Claim,
     NewTask,
     Outcome,
     OutcomeResult,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
 )
 from durablesched.states import (
     CLAIMABLE,
@@ -502,6 +508,7 @@ class StoresAgree(RuleBasedStateMachine):
         self.op = "read"
         self.both("queue_limits")
         self.both("queue_info", self.now())
+        self.both("queue_info", self.now(), finished=False)
 
     @rule()
     def stats(self) -> None:
@@ -812,6 +819,63 @@ class StoresAgree(RuleBasedStateMachine):
         reclaimed = self.both("reclaim_expired", self.now(), retry_delay)
         assert [r.task_id for r in reclaimed] == sorted(r.task_id for r in reclaimed)
 
+    # -- live workers ----------------------------------------------------------------------------
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        queues=st.sampled_from([None, {"mail": 2}, {"default": 1, "api": 3}]),
+        lease=st.sampled_from([LEASE, timedelta(seconds=2.5), timedelta(microseconds=1)]),
+        started_ago=st.integers(0, 5),
+    )
+    def register_worker(
+        self, owner: str, queues: dict[str, int] | None, lease: timedelta, started_ago: int
+    ) -> None:
+        self.op = "workers"
+        now = self.now()
+        worker = WorkerInfo(
+            id=owner,
+            host="host",
+            pid=started_ago,
+            queues=queues,
+            concurrency=sum(queues.values()) if queues else 2,
+            version="0.0.0",
+            started_at=now - timedelta(seconds=started_ago),
+            last_seen=now,
+            lease=lease,
+        )
+        self.both("register_worker", worker, now)
+
+    @rule(owner=st.sampled_from([*OWNERS, "nobody"]))
+    def deregister_worker(self, owner: str) -> None:
+        self.op = "workers"
+        self.both("deregister_worker", owner)
+
+    @rule(
+        ago=st.sampled_from([0, 1, 5, 30, 3600]),
+        ahead=st.sampled_from([0, 10]),
+        bounds=st.sampled_from([(), (0, 1, 5), (2, 30)]),
+    )
+    def activity(self, ago: int, ahead: int, bounds: tuple[int, ...]) -> None:
+        """What a window ending now (or ahead of now) holds, as metrics count it."""
+        self.op = "read"
+        now = self.now()
+        activity = self.both(
+            "activity",
+            now - timedelta(seconds=ago),
+            now + timedelta(seconds=ahead),
+            [timedelta(seconds=b) for b in bounds],
+        )
+        for runs in activity.durations.values():
+            assert list(runs.at_most) == sorted(runs.at_most) and runs.at_most[-1:] <= (runs.runs,)
+
+    @rule(days=st.sampled_from([0, 1, 2]))
+    def prune_workers(self, days: int) -> None:
+        """A day and more later: workers gone that long are forgotten."""
+        self.op = "workers"
+        if days:
+            self.clock.advance(WORKER_FORGET_AFTER * days)
+        self.both("prune_workers", self.now())
+
     # -- operator actions ------------------------------------------------------------------------
 
     @rule(data=st.data())
@@ -916,6 +980,14 @@ class StoresAgree(RuleBasedStateMachine):
         self.seen_records, self.seen_histories = records, histories
 
     @invariant()
+    def workers_match(self) -> None:
+        """The workers listed now (and each one's state), after any step: a heartbeat's
+        mark of its worker included."""
+        now = self.now()
+        listed = self.both("list_workers", now)
+        assert [w.state(now) for w in listed] == [w.state(now) for w in self.sql.list_workers(now)]
+
+    @invariant()
     def a_task_cancelled_before_it_started_never_starts(self) -> None:
         for task_id, then in self.cancelled_before_start.items():
             now = self.memory.get(task_id)
@@ -952,7 +1024,7 @@ class PostgresAgrees(StoresAgree):
             conn.execute(
                 text(
                     "TRUNCATE tasks, task_events, idempotency_keys, effect_log, "
-                    "durablesched_queue_starts CASCADE"
+                    "durablesched_queue_starts, durablesched_workers CASCADE"
                 )
             )
             conn.execute(text("DELETE FROM durablesched_queues WHERE name <> 'default'"))

@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store tools", ("store.opening", "store.move", "store")),
     ("worker", ("worker",)),
     ("testing helpers", ("testing",)),
+    ("metrics", ("metrics",)),
     ("command line", ("cli",)),
     ("integrations", ("contrib",)),
     ("facade", ("__init__", "__main__")),
@@ -53,6 +54,8 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("worker", "store.memory", "the worker speaks to the Store protocol, not a backend"),
     ("worker", "store.opening", "the worker is handed a store; it does not open one"),
     ("__init__", "contrib", "an integration is imported by its users only, never by the core"),
+    ("__init__", "metrics", "prometheus_client is an optional extra: imported on demand only"),
+    ("__main__", "metrics", "prometheus_client is an optional extra: imported on demand only"),
     ("__main__", "contrib", "an integration is imported by its users only, never by the core"),
 ]
 #: The dialect-neutral SQL modules: none of them imports a database's own module.

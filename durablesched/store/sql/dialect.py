@@ -51,6 +51,9 @@ class SQLDialect:
     time: Callable[[datetime], Any]
     #: The database's own consistency check, in a read transaction: what it found.
     integrity: Callable[[Connection], list[Finding]]
+    #: The exact number of microseconds from time ``{start}`` to time ``{end}`` (two
+    #: columns), an integer: metrics' run times, compared with bounds exactly.
+    elapsed_us: str
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.

@@ -6,18 +6,26 @@ offers each as a method of the same name.
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+
+from sqlalchemy import TextClause
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
-from durablesched.records import QueueStats
-from durablesched.states import TaskState
+from durablesched.records import Activity, DurationCounts, QueueStats, reclaim_owner
+from durablesched.states import TERMINAL, TaskState
 from durablesched.store.sql.claiming import queue_limits
 from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
+    SQL_ACTIVITY_COUNTS,
+    SQL_ACTIVITY_RECLAIMS,
     SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
+    SQL_LIVE_QUEUE_COUNTS,
     SQL_OLDEST_OVERDUE,
     SQL_OVERDUE_BY_NAME,
     SQL_PURGE_BATCH,
@@ -27,6 +35,7 @@ from durablesched.store.sql.statements import (
     SQL_REQUEUE,
     SQL_RUNNING,
     SQL_STATE,
+    sql_activity_durations,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -127,8 +136,10 @@ def purge(tx: Transactions, before: datetime, *, batch: int = 10_000) -> int:
             return total
 
 
-def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
-    """Every queue: its limits, tasks per state, how many run, how long the oldest waits."""
+def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+    """Every queue: its limits, tasks per state, how many run, how long the oldest waits
+    (without ``finished``, the live states only, through ``ix_tasks_state_name``)."""
+    shown = [s for s in TaskState if finished or s not in TERMINAL]
     with tx._read("reading the queues") as conn:
         infos: dict[str, QueueInfo] = {}
         for row in conn.execute(SQL_QUEUES):
@@ -138,11 +149,12 @@ def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
                 paused=limits.paused,
                 concurrency=limits.concurrency,
                 rate=None if limits.rate is None else str(limits.rate),
-                counts={state.value: 0 for state in TaskState},
+                counts={state.value: 0 for state in shown},
                 running=0,
                 oldest_waiting_seconds=None,
             )
-        for r in conn.execute(SQL_QUEUE_COUNTS, {"now": tx._t(now)}):
+        counts = SQL_QUEUE_COUNTS if finished else SQL_LIVE_QUEUE_COUNTS
+        for r in conn.execute(counts, {"now": tx._t(now)}):
             info = infos.get(r.queue)
             if info is None:
                 continue  # a queue whose row was made by hand and removed: not ours to show
@@ -154,3 +166,50 @@ def queue_info(tx: Transactions, now: datetime) -> list[QueueInfo]:
                 oldest = info["oldest_waiting_seconds"]
                 info["oldest_waiting_seconds"] = waited if oldest is None else max(oldest, waited)
     return [infos[name] for name in sorted(infos)]
+
+
+def activity(
+    tx: Transactions, since: datetime, now: datetime, bounds: Sequence[timedelta]
+) -> Activity:
+    """What the window's history says happened (``Store.activity``): three reads, each
+    through ``ix_task_events_at``."""
+    window = {"since": tx._t(since), "now": tx._t(now)}
+    limits = {f"b{i}": b // timedelta(microseconds=1) for i, b in enumerate(bounds)}
+    durations_sql = _durations_sql(len(bounds), tx.dialect.elapsed_us)
+    with tx._read("reading recent history") as conn:
+        counts = conn.execute(SQL_ACTIVITY_COUNTS, window).all()
+        reclaims = conn.execute(SQL_ACTIVITY_RECLAIMS, window).scalars().all()
+        durations = conn.execute(durations_sql, {**window, **limits}).all()
+    attempts: Counter[tuple[str, str]] = Counter()
+    for r in counts:
+        state = TaskState(r.state)
+        kind = _KIND.get(state, "failed")
+        attempts[(r.queue, kind)] += r.n
+        if state is TaskState.RETRY_WAIT:
+            attempts[(r.queue, "retried")] += r.n
+        if r.reclaim:
+            attempts[(r.queue, "reclaimed")] += r.n
+    losses = Counter(owner for owner in map(reclaim_owner, reclaims) if owner is not None)
+    return Activity(
+        attempts=dict(attempts),
+        lease_losses=dict(losses),
+        durations={
+            r.name: DurationCounts(
+                int(r.n), int(r.total), tuple(int(r[3 + i]) for i in range(len(bounds)))
+            )
+            for r in durations
+        },
+    )
+
+
+#: The kind of attempt count a history line's state adds to (FAILED, RETRY_WAIT: "failed").
+_KIND = {
+    TaskState.RUNNING: "started",
+    TaskState.SUCCEEDED: "succeeded",
+    TaskState.CANCELLED: "cancelled",
+}
+
+
+@functools.cache
+def _durations_sql(bounds: int, elapsed_us: str) -> TextClause:
+    return sql_activity_durations(bounds, elapsed_us)

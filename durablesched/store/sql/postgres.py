@@ -167,6 +167,9 @@ SQL_CATALOG = text(
     "WHERE n.nspname = current_schema() AND c.relname IN :names"
 ).bindparams(bindparam("names", expanding=True))
 
+#: Microseconds between two timestamptz columns: EXTRACT gives exact numeric seconds.
+ELAPSED_US = "CAST(EXTRACT(EPOCH FROM ({end} - {start})) * 1000000 AS BIGINT)"
+
 
 def integrity(conn: Connection) -> list[Finding]:
     """The catalog's word: our tables and indexes exist, and every index is valid (an
@@ -226,6 +229,7 @@ POSTGRES = SQLDialect(
     record_keys=RECORD_KEYS.format(p="%s"),
     time=as_utc,
     integrity=integrity,
+    elapsed_us=ELAPSED_US,
     driver=pyformat,
     lock_submissions=text(LOCK_SUBMISSIONS),
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),

@@ -124,6 +124,8 @@ task_events = Table(
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_task_events_state"),
 )
 Index("ix_task_events_task_id", task_events.c.task_id)
+#: Metrics count the history of a recent window (docs/metrics.md) through this one.
+Index("ix_task_events_at", task_events.c.at)
 
 idempotency_keys = Table(
     "idempotency_keys",
@@ -247,3 +249,25 @@ schedule_fires = Table(
     CheckConstraint("kind IN ('on time', 'catch-up', 'run-now')", name="ck_schedule_fires_kind"),
 )
 Index("ix_schedule_fires_task_id", schedule_fires.c.task_id)
+
+# -- live workers (docs/api.md, "Live workers") ------------------------------------------------
+
+#: Every worker process that registered, seen at its heartbeats: gone once not seen
+#: for longer than its lease, deleted a day after that (WORKER_FORGET_AFTER).
+workers = Table(
+    "durablesched_workers",
+    metadata,
+    #: The worker's owner id, the one its claims carry in ``tasks.lease_owner``.
+    Column("id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    #: JSON text: the queues served, each with its slots; NULL: every queue.
+    Column("queues", Text),
+    Column("concurrency", Integer, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("started_at", Time, nullable=False),
+    Column("last_seen", Time, nullable=False),
+    Column("lease_seconds", Float, nullable=False),
+    CheckConstraint("concurrency >= 1", name="ck_workers_concurrency"),
+    CheckConstraint("lease_seconds > 0", name="ck_workers_lease"),
+)

@@ -119,6 +119,14 @@ COMPLETE_MANY = (
     "RETURNING id, attempts, idempotency_key, result"
 )
 
+#: Microseconds between two stored times (``YYYY-MM-DD HH:MM:SS.ffffff``): whole seconds
+#: from ``strftime('%s')``, the digits after the point as they are (julianday's
+#: floating point would put a run of exactly 1 s on either side of a 1 s bound).
+ELAPSED_US = (
+    "((CAST(strftime('%s', {end}) AS INTEGER) - CAST(strftime('%s', {start}) AS INTEGER)) "
+    "* 1000000 + CAST(substr({end}, 21, 6) AS INTEGER) - CAST(substr({start}, 21, 6) AS INTEGER))"
+)
+
 
 def integrity(conn: Connection) -> list[Finding]:
     """``PRAGMA integrity_check``: SQLite reads every page and index of the file."""
@@ -157,6 +165,7 @@ SQLITE = SQLDialect(
     record_keys=RECORD_KEYS.format(p="?"),
     time=to_db_time,
     integrity=integrity,
+    elapsed_us=ELAPSED_US,
     borrowed_problem=borrowed_problem,
 )
 

@@ -87,10 +87,16 @@ SQL_FORGET_STARTS = text(
 SQL_REMEMBER_START = text("INSERT INTO durablesched_queue_starts (queue, at) VALUES (:queue, :at)")
 #: Per queue and state: how many tasks, and the earliest due time of the claimable ones
 #: already due (how long the oldest has waited).
-SQL_QUEUE_COUNTS = text(
+_QUEUE_COUNTS = (
     "SELECT queue, state, count(*) AS tasks, "
     f"min(CASE WHEN {CLAIMABLE_SQL} AND due_at <= :now THEN due_at END) AS oldest_due "
-    "FROM tasks GROUP BY queue, state"
+    "FROM tasks {where} GROUP BY queue, state"
+)
+SQL_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=""))
+#: The same for the live states only: ``ix_tasks_state_name`` finds them without
+#: reading the finished ones.
+SQL_LIVE_QUEUE_COUNTS = text(
+    _QUEUE_COUNTS.format(where="WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')")
 )
 
 # -- history and keys ----------------------------------------------------------------------------
@@ -303,6 +309,88 @@ SQL_PURGE_BATCH = text(
     "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks "
     "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
     "ORDER BY finished_at LIMIT :batch)"
+)
+
+# -- what happened lately (metrics: Store.activity) ------------------------------------------------
+
+#: History lines of the window (``:since``, ``:now``], read through ``ix_task_events_at``.
+_WINDOW = "e.at > :since AND e.at <= :now"
+#: A reclaim's history line (``lease of <owner> expired at ...``).
+_RECLAIM = "e.detail LIKE 'lease of % expired at %'"
+#: The line before ``e`` in its task's history: its state or time (its claim's, if RUNNING).
+_PREVIOUS = (
+    "(SELECT {what} FROM task_events AS p WHERE p.task_id = e.task_id AND p.id < e.id "
+    "ORDER BY p.id DESC LIMIT 1)"
+)
+#: Lines of the window per queue, state and whether a reclaim wrote them: claims, and
+#: ends of attempts (a CANCELLED line only when its task was running).
+SQL_ACTIVITY_COUNTS = text(
+    f"SELECT t.queue, e.state, CASE WHEN {_RECLAIM} THEN 1 ELSE 0 END AS reclaim, "
+    "count(*) AS n FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
+    f"WHERE {_WINDOW} AND e.state <> 'PENDING' AND (e.state <> 'CANCELLED' OR "
+    f"{_PREVIOUS.format(what='p.state')} = 'RUNNING') "
+    "GROUP BY t.queue, e.state, CASE WHEN "
+    f"{_RECLAIM} THEN 1 ELSE 0 END"
+)
+#: The reclaims' lines of the window (each names the worker whose lease expired).
+SQL_ACTIVITY_RECLAIMS = text(
+    f"SELECT e.detail FROM task_events AS e WHERE {_WINDOW} AND e.state <> 'PENDING' AND {_RECLAIM}"
+)
+
+
+def sql_activity_durations(bounds: int, elapsed_us: str) -> TextClause:
+    """Per task name, the attempts that ended in the window (reclaims left out): how
+    many, their run time in microseconds (``elapsed_us``: the database's exact
+    difference of ``{end}`` and ``{start}``), and how many ran at most ``:b0``,
+    ``:b1`` ... microseconds."""
+    ended = (
+        f"SELECT t.name AS name, e.at AS ended_at, {_PREVIOUS.format(what=_CLAIM_TIME)} "
+        "AS started_at FROM task_events AS e JOIN tasks AS t ON t.id = e.task_id "
+        f"WHERE {_WINDOW} AND e.state IN ('SUCCEEDED', 'FAILED', 'RETRY_WAIT', 'CANCELLED') "
+        f"AND (e.detail IS NULL OR NOT {_RECLAIM})"
+    )
+    runs = (
+        f"SELECT name, {elapsed_us.format(end='ended_at', start='started_at')} AS us "
+        "FROM ended WHERE started_at IS NOT NULL"
+    )
+    counts = "".join(
+        f", sum(CASE WHEN us <= :b{i} THEN 1 ELSE 0 END) AS b{i}" for i in range(bounds)
+    )
+    # MATERIALIZED: each line's claim is looked up once, each run's time worked out
+    # once; flattened, both would be repeated in every expression that uses them.
+    return text(
+        f"WITH ended AS MATERIALIZED ({ended}), runs AS MATERIALIZED ({runs}) "
+        f"SELECT name, count(*) AS n, sum(us) AS total{counts} FROM runs GROUP BY name"
+    )
+
+
+_CLAIM_TIME = "CASE WHEN p.state = 'RUNNING' THEN p.at END"
+
+# -- live workers --------------------------------------------------------------------------------
+
+#: Every column of a worker's row, in the order :func:`.workers.worker_info` reads them.
+WORKER_COLUMNS = "id, host, pid, queues, concurrency, version, started_at, last_seen, lease_seconds"
+#: A worker's registration; the same id again replaces the row.
+SQL_REGISTER_WORKER = text(
+    f"INSERT INTO durablesched_workers ({WORKER_COLUMNS}) VALUES (:id, :host, :pid, :queues, "
+    ":concurrency, :version, :started_at, :last_seen, :lease_seconds) "
+    "ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+    "queues = excluded.queues, concurrency = excluded.concurrency, version = excluded.version, "
+    "started_at = excluded.started_at, last_seen = excluded.last_seen, "
+    "lease_seconds = excluded.lease_seconds"
+)
+#: The worker ``:id`` seen at ``:now`` (its heartbeat).
+SQL_SEE_WORKER = text("UPDATE durablesched_workers SET last_seen = :now WHERE id = :id")
+#: A worker's clean exit.
+SQL_DEREGISTER_WORKER = text("DELETE FROM durablesched_workers WHERE id = :id")
+#: Every worker's row, in the order they are listed.
+SQL_WORKERS = text(f"SELECT {WORKER_COLUMNS} FROM durablesched_workers ORDER BY started_at, id")
+#: Workers not seen since ``:before`` (a first cut; their leases decide which are forgotten).
+SQL_WORKERS_UNSEEN = text(
+    f"SELECT {WORKER_COLUMNS} FROM durablesched_workers WHERE last_seen < :before"
+)
+SQL_FORGET_WORKERS = text("DELETE FROM durablesched_workers WHERE id IN :ids").bindparams(
+    bindparam("ids", expanding=True)
 )
 
 # -- the health check ----------------------------------------------------------------------------

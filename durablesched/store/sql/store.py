@@ -26,6 +26,7 @@ from durablesched.queues import QueueInfo, QueueLimits
 from durablesched.records import (
     OVERDUE_AFTER,
     SUBMITTED,
+    Activity,
     CancelOutcome,
     Claim,
     Environment,
@@ -40,6 +41,7 @@ from durablesched.records import (
     Submitted,
     TaskEvent,
     TaskRecord,
+    WorkerInfo,
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
@@ -51,6 +53,7 @@ from durablesched.store.sql import (
     operator_actions,
     reclaiming,
     scheduling,
+    workers,
 )
 from durablesched.store.sql.borrowed import borrow
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
@@ -76,6 +79,7 @@ from durablesched.store.sql.statements import (
     SQL_QUEUE_STARTS,
     SQL_QUEUES,
     SQL_RELEASE,
+    SQL_SEE_WORKER,
     SQL_STATE_AND_ENVIRONMENT,
     sql_list_tasks,
 )
@@ -233,9 +237,11 @@ class SQLStore(Transactions):
         for c in claims:
             if c.owner == owner:
                 fences.setdefault(c.task_id, set()).add(c.fence)
-        if not fences:
-            return []
         stamp = self._t(now)
+        if not fences:
+            with self._write("marking the worker seen") as conn:
+                conn.execute(SQL_SEE_WORKER, {"id": owner, "now": stamp})
+            return []
         with self._write("renewing leases") as conn:
             # The statement takes one fence per task: where claims of one task
             # disagree (a stale one beside the current one), the current one's.
@@ -253,6 +259,8 @@ class SQLStore(Transactions):
             }
             # id, fence, lease_expires_at, cancel_requested_at
             rows = sorted(self._rows(conn, self.dialect.heartbeat, params), key=lambda r: int(r[0]))
+            # The worker is seen in the same transaction (no commit of its own).
+            conn.execute(SQL_SEE_WORKER, {"id": owner, "now": stamp})
         return [LeaseStatus(r[0], r[1], from_db_time(r[2]), r[3] is not None) for r in rows]
 
     def check_leases(self, owner: str, claims: Sequence[Claim], now: datetime) -> list[LeaseStatus]:
@@ -450,8 +458,25 @@ class SQLStore(Transactions):
             conn.execute(SQL_PUT_QUEUE, params)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once
 
-    def queue_info(self, now: datetime) -> list[QueueInfo]:
-        return operator_actions.queue_info(self, now)
+    def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
+        return operator_actions.queue_info(self, now, finished=finished)
+
+    def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:
+        return operator_actions.activity(self, since, now, bounds)
+
+    # -- live workers: see workers.py ------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo, now: datetime) -> None:
+        workers.register_worker(self, worker, now)
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        return workers.deregister_worker(self, worker_id)
+
+    def list_workers(self, now: datetime) -> list[WorkerInfo]:
+        return workers.list_workers(self, now)
+
+    def prune_workers(self, now: datetime) -> int:
+        return workers.prune_workers(self, now)
 
     def watch_changes(self, poll_interval: float = 0.01) -> ChangeWatcher | None:
         """Overridden per database: how this process hears of other processes' commits."""

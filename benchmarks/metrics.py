@@ -1,0 +1,189 @@
+"""Issue 21's metrics figure: one scrape of a 1,000,000-task SQLite file, and what it costs
+a busy worker to be scraped every second.
+
+``python -m benchmarks.metrics [--tasks N] [--recent N] [--scrapes K] [--busy N]``
+
+The file is written with the driver (a month of finished history: a submission, a
+claim and an outcome line per task, as a worker writes them), with ``--recent`` of
+those tasks finished in the last hour, some failed and retried, and a few waiting
+and running; then ``metrics_text`` is timed, over its one-hour window and, for
+comparison, over the whole history. ``--busy`` tasks are then run by a worker process
+with and without a scraper thread (one scrape a second) on the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from durablesched import Scheduler, SQLiteStore, SystemClock
+from durablesched.metrics import metrics_text
+from durablesched.store.sql.codec import from_db_time, to_db_time
+
+from .common import fresh, median, worker
+
+NAMES = [f"task.{i}" for i in range(20)]
+QUEUES = ["default", "mail", "reports"]
+
+
+def build(path: Path, tasks: int, recent: int) -> None:
+    """``tasks`` finished tasks (``recent`` of them in the last hour) and their history."""
+    SQLiteStore(fresh(path)).close()  # the schema, at head
+    now = datetime.now(UTC)
+    rng = random.Random(tasks)
+    conn = sqlite3.connect(path)
+    with conn:
+        task_rows = []
+        event_rows = []
+        for i in range(1, tasks + 1):
+            old = i <= tasks - recent
+            ago = rng.uniform(3700, 30 * 86400) if old else rng.uniform(1, 3500)
+            started = now - timedelta(seconds=ago)
+            ran = timedelta(seconds=rng.expovariate(20))
+            ended = started + ran
+            failed = rng.random() < 0.02
+            state = "FAILED" if failed else "SUCCEEDED"
+            created = started - timedelta(seconds=rng.uniform(0, 2))
+            task_rows.append(
+                (
+                    i,
+                    i,
+                    NAMES[i % len(NAMES)],
+                    "{}",
+                    state,
+                    to_db_time(created),
+                    1,
+                    1,
+                    1,
+                    to_db_time(created),
+                    to_db_time(ended),
+                    to_db_time(ended),
+                    QUEUES[i % len(QUEUES)],
+                )
+            )
+            event_rows += [
+                (i, to_db_time(created), "PENDING", 0, "submitted"),
+                (i, to_db_time(started), "RUNNING", 1, "claimed by w from queue default"),
+                (i, to_db_time(ended), state, 1, "bad" if failed else None),
+            ]
+            if len(task_rows) == 100_000:
+                _insert(conn, task_rows, event_rows)
+                task_rows, event_rows = [], []
+        _insert(conn, task_rows, event_rows)
+        conn.execute("UPDATE durablesched_counters SET value = ? WHERE name = 'task_seq'", (tasks,))
+        for q in QUEUES[1:]:
+            conn.execute("INSERT OR IGNORE INTO durablesched_queues (name) VALUES (?)", (q,))
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def _insert(conn: sqlite3.Connection, tasks: list[Any], events: list[Any]) -> None:
+    conn.executemany(
+        "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+        "created_at, updated_at, finished_at, queue) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        tasks,
+    )
+    events.sort(key=lambda e: e[1])  # the history is written in time order
+    conn.executemany(
+        "INSERT INTO task_events (task_id, at, state, attempt, detail) VALUES (?,?,?,?,?)",
+        events,
+    )
+
+
+def scrape_seconds(path: Path, scrapes: int, window: timedelta) -> list[float]:
+    store = SQLiteStore(path)
+    times = []
+    try:
+        for _ in range(scrapes):
+            start = time.perf_counter()
+            text = metrics_text(store, window=window)
+            times.append(time.perf_counter() - start)
+            assert b"durablesched_attempts_started" in text
+    finally:
+        store.close()
+    return times
+
+
+def busy_rate(path: Path, n: int, *, scraped: bool) -> float:
+    """No-op tasks/s of one worker process (8 slots, durability normal) on ``path``,
+    with or without a scrape a second meanwhile."""
+    store = SQLiteStore(path, durability="normal")
+    Scheduler(store).submit_many("noop", [{} for _ in range(n)])
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(1.0):
+            metrics_text(store)
+
+    scraper = threading.Thread(target=scrape) if scraped else None
+    started = SystemClock().now()
+    if scraper is not None:
+        scraper.start()
+    child = worker(
+        path, "--burst", "--concurrency", "8", "--log-level", "warning", durability="normal"
+    )
+    status, _cpu, _rss = child.wait_rusage()
+    stop.set()
+    if scraper is not None:
+        scraper.join()
+    assert status == 0
+    # Read through the store's own connections: a second way into the file from this
+    # process is what SQLite's POSIX locks cannot tell apart.
+    with store.engine.connect() as conn:
+        first = conn.exec_driver_sql(
+            "SELECT min(at) FROM task_events WHERE state = 'RUNNING' AND at > ?",
+            (to_db_time(started),),
+        ).scalar_one()
+        last, done = conn.exec_driver_sql(
+            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED' "
+            "AND finished_at > ?",
+            (to_db_time(started),),
+        ).one()
+        conn.rollback()
+    store.close()
+    assert done == n, f"{done} of {n}"
+    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--recent", type=int, default=36_000, help="finished in the last hour")
+    parser.add_argument("--scrapes", type=int, default=5)
+    parser.add_argument("--busy", type=int, default=0, help="tasks a worker runs, scraped or not")
+    parser.add_argument("--runs", type=int, default=3, help="busy runs of each kind")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "metrics.db"
+        start = time.perf_counter()
+        build(path, args.tasks, args.recent)
+        print(
+            f"built {args.tasks:,} tasks ({args.recent:,} in the last hour) "
+            f"in {time.perf_counter() - start:.1f}s, {path.stat().st_size / 2**20:.0f} MiB"
+        )
+        hour = scrape_seconds(path, args.scrapes, timedelta(hours=1))
+        print(
+            f"scrape, 1h window: median {median(hour) * 1000:.0f} ms, "
+            f"max {max(hour) * 1000:.0f} ms over {args.scrapes}"
+        )
+        whole = scrape_seconds(path, 2, timedelta(days=365))
+        print(f"scrape, whole history: median {median(whole) * 1000:.0f} ms over 2")
+        if args.busy:
+            for _ in range(args.runs):
+                plain = busy_rate(path, args.busy, scraped=False)
+                scraped = busy_rate(path, args.busy, scraped=True)
+                print(
+                    f"busy worker: {plain:.0f} tasks/s alone, {scraped:.0f} tasks/s "
+                    "scraped every second"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Live workers on every backend: registered, seen at heartbeats, gone after a lease,
+forgotten a day later, removed at a clean exit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from durablesched.records import WORKER_FORGET_AFTER, NewTask, WorkerInfo
+
+from ..conftest import T0, BackendStore, at
+
+LEASE = timedelta(seconds=30)
+
+
+def info(worker_id: str = "host:1:ab", *, started: float = 10, **changes: object) -> WorkerInfo:
+    fields: dict[str, object] = {
+        "id": worker_id,
+        "host": "host",
+        "pid": 1,
+        "queues": None,
+        "concurrency": 4,
+        "version": "1.2.3",
+        "started_at": at(started),
+        "last_seen": at(started),
+        "lease": LEASE,
+        **changes,
+    }
+    return WorkerInfo(**fields)  # type: ignore[arg-type]
+
+
+def test_a_registered_worker_is_listed_as_it_registered(store: BackendStore) -> None:
+    worker = info(queues={"mail": 2, "default": 3}, concurrency=5, lease=timedelta(seconds=2.5))
+    store.register_worker(worker, at(10))
+    assert store.list_workers(at(11)) == [worker]
+    assert store.list_workers(at(11))[0].alive(at(11))
+
+
+def test_registering_again_replaces_the_row(store: BackendStore) -> None:
+    store.register_worker(info(pid=1), at(10))
+    again = info(pid=2, started=20)
+    store.register_worker(again, at(20))
+    assert store.list_workers(at(20)) == [again]
+
+
+def test_workers_are_listed_by_start_then_id(store: BackendStore) -> None:
+    for worker_id, started in [("b", 10), ("c", 5), ("a", 10)]:
+        store.register_worker(info(worker_id, started=started), at(10))
+    assert [w.id for w in store.list_workers(at(10))] == ["c", "a", "b"]
+
+
+def test_a_heartbeat_without_claims_marks_the_worker_seen(store: BackendStore) -> None:
+    store.register_worker(info(), at(10))
+    assert store.heartbeat("host:1:ab", [], at(35), LEASE) == []
+    (seen,) = store.list_workers(at(60))
+    assert seen.last_seen == at(35)
+    assert seen.alive(at(65)) and not seen.alive(at(65.001))
+    assert seen.state(at(66)) == "gone"
+
+
+def test_a_heartbeat_with_claims_marks_the_worker_seen_in_the_same_step(
+    store: BackendStore,
+) -> None:
+    store.submit([NewTask("t", {}, at(10), 3)], T0)
+    store.register_worker(info(), at(10))
+    claims = store.claim("host:1:ab", 1, at(10), LEASE)
+    statuses = store.heartbeat("host:1:ab", claims, at(20), LEASE)
+    assert [s.task_id for s in statuses] == [c.task_id for c in claims]
+    assert store.list_workers(at(20))[0].last_seen == at(20)
+    # Another owner's heartbeat marks only its own row (none here).
+    store.heartbeat("someone else", claims, at(25), LEASE)
+    assert store.list_workers(at(25))[0].last_seen == at(20)
+
+
+def test_a_heartbeat_of_an_unregistered_owner_registers_nothing(store: BackendStore) -> None:
+    store.heartbeat("nobody", [], at(10), LEASE)
+    assert store.list_workers(at(10)) == []
+
+
+def test_a_clean_exit_removes_the_row(store: BackendStore) -> None:
+    store.register_worker(info(), at(10))
+    assert store.deregister_worker("host:1:ab") is True
+    assert store.list_workers(at(10)) == []
+    assert store.deregister_worker("host:1:ab") is False
+
+
+def test_a_gone_worker_is_listed_until_forgotten_then_pruned(store: BackendStore) -> None:
+    store.register_worker(info("dead"), at(10))
+    store.register_worker(info("live"), at(10))
+    last = at(10) + LEASE + WORKER_FORGET_AFTER
+    store.heartbeat("live", [], last, LEASE)
+    # Gone, but listed for a day after its lease ran out...
+    assert [(w.id, w.state(last)) for w in store.list_workers(last)] == [
+        ("dead", "gone"),
+        ("live", "alive"),
+    ]
+    assert store.prune_workers(last) == 0
+    # ...and then neither listed nor kept.
+    later = last + timedelta(microseconds=1)
+    assert [w.id for w in store.list_workers(later)] == ["live"]
+    assert store.prune_workers(later) == 1
+    assert store.prune_workers(later) == 0
+    assert store.deregister_worker("dead") is False
+
+
+def test_a_registration_prunes_forgotten_workers(store: BackendStore) -> None:
+    store.register_worker(info("dead", lease=timedelta(seconds=5)), at(10))
+    now = at(16) + WORKER_FORGET_AFTER
+    store.register_worker(info("new", started=0, last_seen=now), now)
+    assert store.deregister_worker("dead") is False
+    assert [w.id for w in store.list_workers(now)] == ["new"]
