@@ -181,6 +181,42 @@ LOCK_WAIT = 5.0
 WAL_LIMIT = 64 * 2**20
 
 
+#: SQLite connections of this process, by the (device, inode) of their file. POSIX drops
+#: every lock a process holds on a file when the process closes *any* descriptor of it,
+#: so reading a header with open/read/close while one of these holds SQLite's SHARED lock
+#: would let another process take EXCLUSIVE and, as the last connection, delete the WAL
+#: under us. SQLite's own descriptors avoid this; ours must too.
+_OPEN_CONNECTIONS: dict[int, tuple[int, int]] = {}
+_OPEN_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _count_connection(path: Path, dbapi_connection: Any) -> None:
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    with _OPEN_CONNECTIONS_LOCK:
+        _OPEN_CONNECTIONS[id(dbapi_connection)] = (st.st_dev, st.st_ino)
+
+
+def _forget_connection(dbapi_connection: Any) -> None:
+    with _OPEN_CONNECTIONS_LOCK:
+        _OPEN_CONNECTIONS.pop(id(dbapi_connection), None)
+
+
+def _check_header(path: Path) -> None:
+    """Refuse a file that is not SQLite's, without touching one a connection here holds."""
+    st = path.stat()
+    if not st.st_size:
+        return
+    with _OPEN_CONNECTIONS_LOCK:  # held while reading: no connection of ours opens meanwhile
+        if (st.st_dev, st.st_ino) in _OPEN_CONNECTIONS.values():
+            return  # read when that connection's engine was made; reading would drop its locks
+        with path.open("rb") as fh:
+            if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                raise SchemaError(f"{path} is not a SQLite database")
+
+
 def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
     """Refuse a directory or a non-SQLite file; create a new file with ``file_mode``
     (a missing one is :class:`DatabaseNotFoundError` unless ``create``)."""
@@ -191,10 +227,7 @@ def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not a database file")
     if path.exists():
-        if path.stat().st_size:
-            with path.open("rb") as fh:
-                if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                    raise SchemaError(f"{path} is not a SQLite database")
+        _check_header(path)
         return
     if not create:
         raise DatabaseNotFoundError(f"no such database: {path}")
@@ -246,6 +279,18 @@ def create_sqlite_engine(
     path = _file_path(engine)
 
     if path is not None:
+
+        @event.listens_for(engine, "connect")
+        def _counted(dbapi_connection: Any, _record: Any) -> None:
+            _count_connection(path, dbapi_connection)
+
+        @event.listens_for(engine, "close")
+        def _closed(dbapi_connection: Any, _record: Any) -> None:
+            _forget_connection(dbapi_connection)
+
+        @event.listens_for(engine, "close_detached")
+        def _closed_detached(dbapi_connection: Any) -> None:
+            _forget_connection(dbapi_connection)
 
         @event.listens_for(engine, "do_connect")
         def _open_existing(
