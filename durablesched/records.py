@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import traceback as _traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -351,7 +351,8 @@ FINDING_IDS = 20
 class Finding:
     """Something a check found wrong, in one line, and what to do about it."""
 
-    #: What was checked: "database", "integrity", "schema", "leases" or "overdue".
+    #: What was checked: "database", "integrity", "schema", "leases", "overdue" or
+    #: "schedules".
     check: str
     problem: str
     advice: str
@@ -389,6 +390,23 @@ class Finding:
             "is a worker running, with an --app that registers these task names, and a free "
             "slot? `durablesched stats` shows them by name",
             task_ids,
+        )
+
+    @classmethod
+    def overdue_schedules(
+        cls, names: Sequence[str], oldest: datetime, now: datetime, after: timedelta
+    ) -> Finding:
+        """Active schedules whose next fire time passed long ago: nothing fires them."""
+        count = len(names)
+        seconds = (now - oldest).total_seconds()
+        shown = ", ".join(names[:FINDING_IDS]) + (", ..." if count > FINDING_IDS else "")
+        return cls(
+            "schedules",
+            f"{count} active schedule{'s' if count != 1 else ''} due to fire more than "
+            f"{after.total_seconds():g}s ago and not fired (the oldest due {seconds:.0f}s "
+            f"ago): {shown}",
+            "schedules fire inside running workers: start one (`durablesched worker`); when "
+            "it starts, each schedule's misfire policy decides what the missed fires make",
         )
 
 

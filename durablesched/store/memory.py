@@ -497,7 +497,7 @@ class MemoryStore:
 
     def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
         """As :meth:`Operator.check <durablesched.store.protocol.Operator.check>`: expired
-        leases and overdue tasks (memory has no file or schema to check)."""
+        leases, overdue tasks and schedules (memory has no file or schema to check)."""
         with self._lock:
             expired = sorted(
                 (t.lease_expires_at, t.id)
@@ -516,6 +516,15 @@ class MemoryStore:
         if overdue:
             ids = tuple(i for _, _, i in overdue[:FINDING_IDS])
             findings.append(Finding.overdue(len(overdue), overdue[0][0], ids, now, overdue_after))
+        with self._lock:
+            late = sorted(
+                (row.next_fire_at, name)
+                for name, row in self._schedules.items()
+                if row.status == ScheduleStatus.ACTIVE and row.next_fire_at < now - overdue_after
+            )
+        if late:
+            names = [name for _, name in late]
+            findings.append(Finding.overdue_schedules(names, late[0][0], now, overdue_after))
         return HealthReport(tuple(findings))
 
     def activity(self, since: datetime, now: datetime, bounds: Sequence[timedelta]) -> Activity:

@@ -1,4 +1,5 @@
-"""``check``: the same findings on every backend for expired leases and overdue tasks."""
+"""``check``: the same findings on every backend for expired leases, overdue tasks and
+schedules."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 
 from durablesched import Finding, HealthReport
 from durablesched.records import NewTask
+from durablesched.schedules.declaration import schedule
 
 from ..conftest import T0, BackendStore, at
 
@@ -51,3 +53,22 @@ def test_a_task_nobody_claimed_long_after_its_due_time_is_a_finding(
         finding.problem == "1 task due more than 300s ago and not claimed (the oldest due 390s ago)"
     )
     assert "is a worker running" in finding.advice
+
+
+def test_an_active_schedule_nothing_fired_long_after_its_time_is_a_finding(
+    store: BackendStore,
+) -> None:
+    for name in ("b-tick", "a-tick", "resting"):
+        store.add_schedule(schedule("t", name=name, every=60), T0)  # each first due at 60
+    store.pause_schedule("resting", True, T0)
+    assert check(store, 360).healthy  # due 300 s ago: not more than 300 s
+    (finding,) = check(store, 400).findings
+    assert finding == Finding(
+        "schedules",
+        "2 active schedules due to fire more than 300s ago and not fired "
+        "(the oldest due 340s ago): a-tick, b-tick",
+        finding.advice,
+    )
+    assert "start one" in finding.advice
+    store.fire_schedules(at(400))  # a worker came back: the next fires are in the future
+    assert check(store, 400).healthy

@@ -131,6 +131,14 @@ class SchedulesAgree(RuleBasedStateMachine):
     def fire(self, limit: int) -> None:
         self.both("fire_schedules", self.clock.now(), limit=limit)
 
+    @rule(after=st.sampled_from([0, 60, 300, 3600]))
+    def check(self, after: int) -> None:
+        """Overdue schedules (and tasks): the same findings on both."""
+        now = self.clock.now()
+        model = self.memory.check(now, overdue_after=timedelta(seconds=after))
+        sql = self.sql.check(now, overdue_after=timedelta(seconds=after))
+        assert model.findings == sql.findings, f"check: memory {model} != {sql}"
+
     @rule(count=st.integers(1, 4), finish=st.booleans())
     def work(self, count: int, finish: bool) -> None:
         """A worker claims some of the tasks made, and maybe finishes them."""

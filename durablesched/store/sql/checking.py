@@ -15,6 +15,7 @@ from durablesched.errors import StoreError
 from durablesched.records import FINDING_IDS, Finding, HealthReport
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.migrate import current_revision, head_revision, known_revisions
+from durablesched.store.sql.scheduling import SQL_OVERDUE
 from durablesched.store.sql.statements import (
     SQL_EXPIRED_COUNT,
     SQL_EXPIRED_IDS,
@@ -45,7 +46,7 @@ def damaged(error: Exception) -> Finding:
 
 
 def check(tx: Transactions, now: datetime, overdue_after: timedelta) -> HealthReport:
-    """Integrity, schema revision, expired leases, overdue tasks: each section that
+    """Integrity, schema revision, expired leases, overdue tasks and schedules: each section that
     fails to read becomes a finding of its own."""
     head = head_revision()
     findings: list[Finding] = []
@@ -58,6 +59,8 @@ def check(tx: Transactions, now: datetime, overdue_after: timedelta) -> HealthRe
             findings.extend(schema)
             if revision is not None:
                 findings.extend(_tasks(conn, tx.dialect.time, now, overdue_after))
+            if revision == head:  # an older schema may have no schedules table
+                findings.extend(_schedules(conn, tx.dialect.time, now, overdue_after))
     except StoreError as e:
         findings.append(damaged(e))
     return HealthReport(tuple(findings), revision, head)
@@ -119,3 +122,13 @@ def _tasks(
             )
         )
     return findings
+
+
+def _schedules(
+    conn: Connection, t: Callable[[datetime], object], now: datetime, overdue_after: timedelta
+) -> list[Finding]:
+    rows = conn.execute(SQL_OVERDUE, {"before": t(now - overdue_after)}).all()
+    if not rows:
+        return []
+    oldest = from_db_time(rows[0].next_fire_at)
+    return [Finding.overdue_schedules([r.name for r in rows], oldest, now, overdue_after)]

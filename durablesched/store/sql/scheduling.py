@@ -105,6 +105,11 @@ SQL_LIST = text(
     "(SELECT MAX(fire_at) FROM schedule_fires WHERE schedule = s.name) "
     "LEFT JOIN tasks t ON t.id = f.task_id ORDER BY s.name"
 )
+#: Active schedules that should have fired before ``:before`` (ix_schedules_next_fire).
+SQL_OVERDUE = text(
+    "SELECT name, next_fire_at FROM schedules WHERE status = 'active' "
+    "AND next_fire_at < :before ORDER BY next_fire_at, name"
+)
 #: The earliest next fire time of an active schedule.
 SQL_NEXT_FIRE = text("SELECT MIN(next_fire_at) FROM schedules WHERE status = 'active'")
 
