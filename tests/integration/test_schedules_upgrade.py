@@ -60,7 +60,7 @@ def test_upgrade_from_0005_keeps_the_tasks_and_adds_schedules(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0008"
+            assert store.schema_revision == head_revision() == "0009"
             old = store.get(1)
             assert old is not None and (old.name, old.state, old.idempotency_key) == (
                 "old",

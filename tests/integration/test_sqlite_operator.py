@@ -41,7 +41,7 @@ def test_an_older_schema_is_upgraded_only_when_asked(tmp_path: Path) -> None:
         SQLiteStore(path)
     store = SQLiteStore(path, migrate=True)
     store.close()
-    assert store.schema_revision == head_revision() == "0008"
+    assert store.schema_revision == head_revision() == "0009"
 
 
 @pytest.fixture

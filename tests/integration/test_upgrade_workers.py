@@ -85,7 +85,7 @@ def test_upgrade_from_0007_keeps_everything_and_adds_workers(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0008"
+            assert store.schema_revision == head_revision() == "0009"
             assert [(t.id, t.state) for t in store.list_tasks()] == [
                 (1, TaskState.PENDING),
                 (2, TaskState.RUNNING),

@@ -54,6 +54,10 @@ class SQLDialect:
     #: The exact number of microseconds from time ``{start}`` to time ``{end}`` (two
     #: columns), an integer: metrics' run times, compared with bounds exactly.
     elapsed_us: str
+    #: Per minute of ``task_events.at`` in (``:since``, ``:now``], oldest first: the
+    #: minute (its start as text or time), SUCCEEDED lines, and RETRY_WAIT or FAILED
+    #: lines (``Console.minute_counts``), through ``ix_task_events_at``.
+    minute_counts: TextClause
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.

@@ -127,6 +127,17 @@ ELAPSED_US = (
     "* 1000000 + CAST(substr({end}, 21, 6) AS INTEGER) - CAST(substr({start}, 21, 6) AS INTEGER))"
 )
 
+#: Attempts that ended per minute of the window (``Console.minute_counts``): the minute is
+#: the stored time's first 16 characters, ``YYYY-MM-DD HH:MM``; ix_task_events_at finds
+#: the window's lines.
+MINUTE_COUNTS = text(
+    "SELECT substr(at, 1, 16) AS minute, "
+    "sum(CASE WHEN state = 'SUCCEEDED' THEN 1 ELSE 0 END) AS succeeded, "
+    "sum(CASE WHEN state = 'SUCCEEDED' THEN 0 ELSE 1 END) AS failed "
+    "FROM task_events INDEXED BY ix_task_events_at WHERE at > :since AND at <= :now "
+    "AND state IN ('SUCCEEDED', 'RETRY_WAIT', 'FAILED') GROUP BY minute ORDER BY minute"
+)
+
 
 def integrity(conn: Connection) -> list[Finding]:
     """``PRAGMA integrity_check``: SQLite reads every page and index of the file."""
@@ -166,6 +177,7 @@ SQLITE = SQLDialect(
     time=to_db_time,
     integrity=integrity,
     elapsed_us=ELAPSED_US,
+    minute_counts=MINUTE_COUNTS,
     borrowed_problem=borrowed_problem,
 )
 

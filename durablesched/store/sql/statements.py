@@ -311,6 +311,50 @@ SQL_PURGE_BATCH = text(
     "ORDER BY finished_at LIMIT :batch)"
 )
 
+# -- what a dashboard reads and deletes (Console) ------------------------------------------------
+
+#: A finished task deleted; its history, recorded key and copies go with it (ON DELETE
+#: CASCADE), a schedule's fire that made it stays naming none (SET NULL).
+SQL_DELETE_FINISHED = text(
+    "DELETE FROM tasks WHERE id = :id AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+    "RETURNING id"
+)
+
+
+def sql_find_tasks(
+    *,
+    state: bool,
+    queue: bool,
+    name: bool,
+    key: bool,
+    created_from: bool,
+    created_until: bool,
+    before: bool,
+) -> TextClause:
+    """Up to ``:limit`` tasks newest first, ``(created_at, id)`` descending, filtered where
+    asked: the indexes ``ix_tasks_{state,queue,name}_created`` and ``ix_tasks_created``
+    hold that order after their first column, so a page reads only its own rows
+    (a key's tasks are few: ``ix_tasks_key``). ``:before_at``, ``:before_id``: the
+    keyset cursor, as a row value (a range on the index, not a filter)."""
+    clauses = [
+        clause
+        for wanted, clause in (
+            (state, "state = :state"),
+            (queue, "queue = :queue"),
+            (name, "name = :name"),
+            (key, "idempotency_key = :key"),
+            (created_from, "created_at >= :created_from"),
+            (created_until, "created_at < :created_until"),
+            (before, "(created_at, id) < (:before_at, :before_id)"),
+        )
+        if wanted
+    ]
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return text(
+        f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+
+
 # -- what happened lately (metrics: Store.activity) ------------------------------------------------
 
 #: History lines of the window (``:since``, ``:now``], read through ``ix_task_events_at``.
