@@ -90,7 +90,7 @@ def _time(value: str | None, what: str) -> datetime | None:
 
 def cursor(created_at: datetime, task_id: int) -> str:
     """The ``before`` value of the page after a task: its creation time and id."""
-    return f"{created_at.astimezone(UTC).isoformat()}~{task_id}"
+    return f"{created_at.astimezone(UTC).replace(tzinfo=None).isoformat()}Z~{task_id}"
 
 
 def _cursor(value: str | None) -> tuple[datetime, int] | None:
