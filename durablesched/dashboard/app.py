@@ -59,6 +59,7 @@ class Pages:
         self.token = token
         self.read_only = read_only
         self.ops = Operations(store, scheduler, read_only)
+        self.minutes = reads.MinuteCache()
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -87,13 +88,10 @@ class Pages:
         return self.templates.TemplateResponse(request, name, context)
 
     async def overview(self, request: Request) -> Response:
-        data = await run_in_threadpool(
-            lambda: reads.overview(self.store, self.scheduler.clock.now())
-        )
-        chart = throughput_chart(data.minutes, data.now)
-        return self.page(
-            request, "overview.html", "overview_live.html", {"o": data, "chart": chart}
-        )
+        now = self.scheduler.clock.now()
+        data = await run_in_threadpool(reads.overview, self.store, now, self.minutes)
+        context = {"o": data, "chart": throughput_chart(data.minutes, data.now)}
+        return self.page(request, "overview.html", "overview_live.html", context)
 
     async def tasks(self, request: Request) -> Response:
         wanted = request.query_params.get("id", "").strip()

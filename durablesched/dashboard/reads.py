@@ -4,6 +4,7 @@ hold no logic of their own. Every read here is one the store bounds by an index.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -24,6 +25,8 @@ from durablesched.store.protocol import Console, Store
 
 #: How far back the overview's chart and totals go.
 CHART_SPAN = timedelta(hours=1)
+#: The smallest step of a stored time.
+_INSTANT = timedelta(microseconds=1)
 #: The live states, as the overview counts them per queue.
 LIVE = (TaskState.PENDING, TaskState.RETRY_WAIT, TaskState.RUNNING)
 
@@ -44,12 +47,53 @@ class Overview:
     now: datetime
 
 
-def overview(store: DashboardStore, now: datetime) -> Overview:
+class MinuteCache:
+    """The chart's counts of minutes long past, kept: a refresh reads only the history
+    written since the last minute that had settled, not the whole hour again.
+
+    A minute is settled :data:`SETTLE` after it ended: a line is written with its
+    writer's time, and its transaction may commit a moment later.
+    """
+
+    SETTLE = timedelta(seconds=15)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[datetime, MinuteCounts] = {}
+        #: Every minute before this one is in ``_counts`` (or had no ended attempt).
+        self._settled: datetime | None = None
+
+    def last_hour(self, store: DashboardStore, now: datetime) -> list[MinuteCounts]:
+        since = now - CHART_SPAN
+        with self._lock:
+            settled = self._settled
+        if settled is None or settled <= since:
+            start, fresh = since, store.minute_counts(since, now)
+        else:
+            # From the settled minute's first instant (the window's start is excluded).
+            start = settled
+            fresh = [m for m in store.minute_counts(settled - _INSTANT, now) if m.minute >= settled]
+        boundary = (now - self.SETTLE).replace(second=0, microsecond=0)
+        with self._lock:
+            if self._settled is None or boundary > self._settled:
+                self._counts.update((m.minute, m) for m in fresh if m.minute < boundary)
+                self._settled = boundary
+            for minute in [m for m in self._counts if m < since - CHART_SPAN]:
+                del self._counts[minute]  # older than any chart will ask for
+            kept = {m: c for m, c in self._counts.items() if since <= m < start}
+        merged = {**kept, **{m.minute: m for m in fresh}}
+        return [merged[m] for m in sorted(merged)]
+
+
+def overview(store: DashboardStore, now: datetime, cache: MinuteCache | None = None) -> Overview:
     """Per queue: its live tasks by state, running against its limits, the oldest wait;
     attempts per minute of the last hour; workers alive. Finished tasks are not counted:
     counting a million of them costs a scan, and the chart says what ended lately."""
     queues = store.queue_info(now, finished=False)
-    minutes = store.minute_counts(now - CHART_SPAN, now)
+    if cache is None:
+        minutes = store.minute_counts(now - CHART_SPAN, now)
+    else:
+        minutes = cache.last_hour(store, now)
     workers = store.list_workers(now)
     alive = sum(1 for w in workers if w.alive(now))
     return Overview(

@@ -21,16 +21,25 @@ depends_on = None
 #: Each index and its columns: the list's order, (created_at, id), after the filter's.
 INDEXES = {
     "ix_tasks_created": ["created_at", "id"],
-    "ix_tasks_state_created": ["state", "created_at", "id"],
     "ix_tasks_queue_created": ["queue", "created_at", "id"],
     "ix_tasks_name_created": ["name", "created_at", "id"],
 }
 KEYED = "idempotency_key IS NOT NULL"
+#: The states a task enters only when it goes wrong: a success never writes this index
+#: (one over every state cost a busy worker 14 % of its throughput).
+GONE_WRONG = "state IN ('CANCELLED', 'FAILED', 'RETRY_WAIT')"
 
 
 def upgrade() -> None:
     for name, columns in INDEXES.items():
         op.create_index(name, "tasks", columns)
+    op.create_index(
+        "ix_tasks_state_created",
+        "tasks",
+        ["state", "created_at", "id"],
+        sqlite_where=sa.text(GONE_WRONG),
+        postgresql_where=sa.text(GONE_WRONG),
+    )
     op.create_index(
         "ix_tasks_key",
         "tasks",
@@ -42,5 +51,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_tasks_key", "tasks")
+    op.drop_index("ix_tasks_state_created", "tasks")
     for name in reversed(INDEXES):
         op.drop_index(name, "tasks")

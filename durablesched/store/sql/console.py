@@ -14,6 +14,7 @@ from typing import Any
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.records import MinuteCounts, TaskQuery, TaskRecord
+from durablesched.states import TaskState
 from durablesched.store.sql.codec import record
 from durablesched.store.sql.statements import SQL_DELETE_FINISHED, SQL_STATE, sql_find_tasks
 from durablesched.store.sql.transactions import Transactions
@@ -24,8 +25,6 @@ def find_tasks(tx: Transactions, query: TaskQuery, limit: int) -> list[TaskRecor
     if limit <= 0:
         return []
     params: dict[str, Any] = {"limit": limit}
-    if query.state is not None:
-        params["state"] = query.state.value
     for field in ("queue", "name", "key"):
         value = getattr(query, field)
         if value is not None:
@@ -36,14 +35,16 @@ def find_tasks(tx: Transactions, query: TaskQuery, limit: int) -> list[TaskRecor
         params["created_until"] = tx._t(query.created_until)
     if query.before is not None:
         params["before_at"], params["before_id"] = tx._t(query.before[0]), query.before[1]
+    state = None if query.state is None else TaskState(query.state).value
     sql = _find_sql(
-        state=query.state is not None,
+        state=state,
         queue=query.queue is not None,
         name=query.name is not None,
         key=query.key is not None,
         created_from=query.created_from is not None,
         created_until=query.created_until is not None,
         before=query.before is not None,
+        hint="" if state is None else tx.dialect.find_hints.get(state, ""),
     )
     with tx._read("finding tasks") as conn:
         return [record(r) for r in conn.execute(sql, params)]

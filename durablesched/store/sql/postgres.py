@@ -38,6 +38,7 @@ from durablesched.store.sql.statements import (
     QUEUES,
     QUEUES_FILTER,
     RECORD_KEYS,
+    SQL_LIVE_QUEUE_COUNTS,
     SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
@@ -241,6 +242,7 @@ POSTGRES = SQLDialect(
     integrity=integrity,
     elapsed_us=ELAPSED_US,
     minute_counts=MINUTE_COUNTS,
+    live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
     driver=pyformat,
     lock_submissions=text(LOCK_SUBMISSIONS),
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),

@@ -13,7 +13,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
 from durablesched.records import SUBMITTED, Environment
-from durablesched.store.sql.schema import CLAIMABLE_SQL
+from durablesched.store.sql.schema import CLAIMABLE_SQL, STATE_CREATED_SQL
 
 # -- pieces --------------------------------------------------------------------------------------
 
@@ -94,10 +94,17 @@ _QUEUE_COUNTS = (
 )
 SQL_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=""))
 #: The same for the live states only: ``ix_tasks_state_name`` finds them without
-#: reading the finished ones.
-SQL_LIVE_QUEUE_COUNTS = text(
-    _QUEUE_COUNTS.format(where="WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')")
-)
+#: reading the finished ones (SQLite is told so: :func:`sql_live_queue_counts`).
+LIVE_STATES_WHERE = "WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')"
+SQL_LIVE_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=LIVE_STATES_WHERE))
+
+
+def sql_live_queue_counts(index_hint: str) -> TextClause:
+    """:data:`SQL_LIVE_QUEUE_COUNTS` with ``index_hint`` after the table (SQLite's
+    ``INDEXED BY``): with statistics, SQLite may rather walk a whole index that is
+    ordered by queue than find the few live rows, and read a million finished ones."""
+    return text(_QUEUE_COUNTS.format(where=f"{index_hint} {LIVE_STATES_WHERE}"))
+
 
 # -- history and keys ----------------------------------------------------------------------------
 
@@ -321,25 +328,50 @@ SQL_DELETE_FINISHED = text(
 )
 
 
+#: The states the task list finds through an index of their own rows: few, or
+#: ``ix_tasks_state_created``'s (which holds only these three, so that a task's way
+#: through PENDING, RUNNING and SUCCEEDED never writes to it). RUNNING tasks are as
+#: many as the workers' slots (``ix_tasks_running_lease``).
+INDEXED_STATES = frozenset({"RUNNING", "RETRY_WAIT", "FAILED", "CANCELLED"})
+
+
 def sql_find_tasks(
     *,
-    state: bool,
+    state: str | None,
     queue: bool,
     name: bool,
     key: bool,
     created_from: bool,
     created_until: bool,
     before: bool,
+    hint: str = "",
 ) -> TextClause:
     """Up to ``:limit`` tasks newest first, ``(created_at, id)`` descending, filtered where
-    asked: the indexes ``ix_tasks_{state,queue,name}_created`` and ``ix_tasks_created``
-    hold that order after their first column, so a page reads only its own rows
-    (a key's tasks are few: ``ix_tasks_key``). ``:before_at``, ``:before_id``: the
-    keyset cursor, as a row value (a range on the index, not a filter)."""
+    asked: ``ix_tasks_created`` and ``ix_tasks_{queue,name}_created`` hold that order
+    after their first column, so a page reads only its own rows (a key's tasks are
+    few: ``ix_tasks_key``). ``:before_at``, ``:before_id``: the keyset cursor, as a row
+    value (a range on the index, not a filter).
+
+    ``state`` is written in as a literal (one of ours), so that the partial indexes
+    can serve it. One of :data:`INDEXED_STATES` is found through its index; PENDING
+    and SUCCEEDED, which every task goes through, have none in the list's order
+    (each would cost every claim and success a write): they are compared as an
+    expression, which no index serves, so the list walks its order from the newest
+    and keeps those rows, which are usually the newest ones anyway. ``hint`` follows
+    the table's name (SQLite's ``INDEXED BY``, which its planner needs: it would walk
+    the whole list's order for a state that has no row)."""
+    if state is None:
+        state_clause = None
+    elif state in INDEXED_STATES:
+        state_clause = f"state = '{state}'"
+        if state != "RUNNING":  # the partial index's own term, which SQLite must see
+            state_clause += f" AND {STATE_CREATED_SQL}"
+    else:
+        state_clause = f"state || '' = '{state}'"
     clauses = [
         clause
         for wanted, clause in (
-            (state, "state = :state"),
+            (state is not None, state_clause),
             (queue, "queue = :queue"),
             (name, "name = :name"),
             (key, "idempotency_key = :key"),
@@ -349,9 +381,10 @@ def sql_find_tasks(
         )
         if wanted
     ]
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    where = f"WHERE {' AND '.join(str(c) for c in clauses)}" if clauses else ""
     return text(
-        f"SELECT {TASK_COLUMNS} FROM tasks {where} ORDER BY created_at DESC, id DESC LIMIT :limit"
+        f"SELECT {TASK_COLUMNS} FROM tasks {hint} {where} "
+        "ORDER BY created_at DESC, id DESC LIMIT :limit"
     )
 
 
