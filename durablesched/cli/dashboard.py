@@ -80,10 +80,15 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             shown = f"[{args.host}]" if ":" in args.host else args.host
             print(f"serving the dashboard at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
             # uvicorn stops on SIGTERM or SIGINT, then raises the signal again for the
-            # handler it found: this one lets the command end cleanly (exit 0).
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda _signum, _frame: None)
-            uvicorn.Server(config).run(sockets=[sock])
+            # handler it found: this one lets the command end cleanly (exit 0). The
+            # caller's own handlers come back after (main() may run in a longer process).
+            signals = (signal.SIGTERM, signal.SIGINT)
+            previous = {sig: signal.signal(sig, lambda _signum, _frame: None) for sig in signals}
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
         finally:
             store.close()
     return EXIT_OK
@@ -112,4 +117,7 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    except (UnicodeError, ValueError) as e:  # a host no address can be made of
+        sock.close()
+        raise UsageError(f"--host cannot be listened on: {host!r} ({e})") from None
     return sock

@@ -44,7 +44,10 @@ def find_tasks(tx: Transactions, query: TaskQuery, limit: int) -> list[TaskRecor
         created_from=query.created_from is not None,
         created_until=query.created_until is not None,
         before=query.before is not None,
-        hint="" if state is None else tx.dialect.find_hints.get(state, ""),
+        # A key's tasks are fewer than any state's: its own index then serves best.
+        hint=tx.dialect.find_hints.get(state, ("", ""))
+        if state is not None and query.key is None
+        else ("", ""),
     )
     with tx._read("finding tasks") as conn:
         return [record(r) for r in conn.execute(sql, params)]

@@ -61,8 +61,9 @@ class SQLDialect:
     #: Per queue and state, the live tasks and the oldest due (``queue_info(finished=False)``).
     live_queue_counts: TextClause
     #: The task list's index for a state filter, by state (``Console.find_tasks``),
-    #: where the database's planner must be told: what follows ``FROM tasks``.
-    find_hints: Mapping[str, str] = field(default_factory=dict)
+    #: where the database's planner must be told: what follows ``FROM tasks``, and a
+    #: term to add to the state's (see ``statements.sql_find_tasks``).
+    find_hints: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.

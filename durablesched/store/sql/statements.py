@@ -13,7 +13,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
 from durablesched.records import SUBMITTED, Environment
-from durablesched.store.sql.schema import CLAIMABLE_SQL, STATE_CREATED_SQL
+from durablesched.store.sql.schema import CLAIMABLE_SQL
 
 # -- pieces --------------------------------------------------------------------------------------
 
@@ -344,7 +344,7 @@ def sql_find_tasks(
     created_from: bool,
     created_until: bool,
     before: bool,
-    hint: str = "",
+    hint: tuple[str, str] = ("", ""),
 ) -> TextClause:
     """Up to ``:limit`` tasks newest first, ``(created_at, id)`` descending, filtered where
     asked: ``ix_tasks_created`` and ``ix_tasks_{queue,name}_created`` hold that order
@@ -357,15 +357,16 @@ def sql_find_tasks(
     and SUCCEEDED, which every task goes through, have none in the list's order
     (each would cost every claim and success a write): they are compared as an
     expression, which no index serves, so the list walks its order from the newest
-    and keeps those rows, which are usually the newest ones anyway. ``hint`` follows
-    the table's name (SQLite's ``INDEXED BY``, which its planner needs: it would walk
-    the whole list's order for a state that has no row)."""
+    and keeps those rows, which are usually the newest ones anyway. ``hint`` is what
+    follows the table's name and a term added to the state's (SQLite's ``INDEXED BY``
+    and the partial index's own term, which its planner needs to see: it would walk
+    the whole list's order for a state that has no row; PostgreSQL needs neither, and
+    a term said twice would make it misjudge how many rows match)."""
+    table_hint, state_term = hint
     if state is None:
         state_clause = None
     elif state in INDEXED_STATES:
-        state_clause = f"state = '{state}'"
-        if state != "RUNNING":  # the partial index's own term, which SQLite must see
-            state_clause += f" AND {STATE_CREATED_SQL}"
+        state_clause = f"state = '{state}'{f' AND {state_term}' if state_term else ''}"
     else:
         state_clause = f"state || '' = '{state}'"
     clauses = [
@@ -383,7 +384,7 @@ def sql_find_tasks(
     ]
     where = f"WHERE {' AND '.join(str(c) for c in clauses)}" if clauses else ""
     return text(
-        f"SELECT {TASK_COLUMNS} FROM tasks {hint} {where} "
+        f"SELECT {TASK_COLUMNS} FROM tasks {table_hint} {where} "
         "ORDER BY created_at DESC, id DESC LIMIT :limit"
     )
 
