@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.records import Claim
+from durablesched.tracing import AttemptTrace
 
 
 @dataclass(slots=True)
@@ -31,6 +32,8 @@ class Running:
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
     ended: bool = False
+    #: Its trace, when a tracer is installed (docs/tracing.md): ended with its outcome.
+    trace: AttemptTrace | None = None
 
 
 class Slots:

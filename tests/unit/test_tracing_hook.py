@@ -1,0 +1,122 @@
+"""The tracing hook when nothing is instrumented (nothing imported, nothing stored), and the
+stored form of a trace context (docs/tracing.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from durablesched.records import TRACE, NewTask, join_trace, split_trace
+from durablesched.states import TaskState
+from durablesched.submission import build_task
+from durablesched.tracing import (
+    CANCELLED,
+    FAILED,
+    LEASE_LOST,
+    RETRY,
+    SUCCEEDED,
+    outcome_of,
+    with_trace,
+)
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+CARRIER = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+
+def run_python(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return result.stdout.strip()
+
+
+def test_submitting_and_running_without_instrumenting_imports_no_opentelemetry(
+    tmp_path: Path,
+) -> None:
+    """The SDK is installed here (the test extra), so only the code can keep it out."""
+    db = tmp_path / "tasks.db"
+    out = run_python(
+        f"""
+        import sqlite3, sys
+        from durablesched import Scheduler, SQLiteStore, TaskRegistry, Worker
+        registry = TaskRegistry()
+        ran = []
+        registry.task("job")(lambda **kw: ran.append(kw))
+        store = SQLiteStore({str(db)!r})
+        scheduler = Scheduler(store, registry=registry)
+        scheduler.submit("job", {{"a": 1}})
+        scheduler.submit_many("job", [{{"b": 2}}])
+        assert Worker(scheduler).run_due() == 2
+        store.close()
+        stored = [r[0] for r in sqlite3.connect({str(db)!r}).execute("SELECT args FROM tasks")]
+        print(ran, stored, sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+        """
+    )
+    assert out == """[{'a': 1}, {'b': 2}] ['{"a":1}', '{"b":2}'] []"""
+
+
+def test_the_otel_module_without_opentelemetry_names_the_extra() -> None:
+    out = run_python(
+        """
+        import sys
+        sys.modules["opentelemetry"] = None  # as if the extra were not installed
+        from durablesched import ConfigurationError
+        try:
+            import durablesched.otel
+        except ConfigurationError as e:
+            print(e)
+        """
+    )
+    assert out == "durablesched.otel needs opentelemetry-api: pip install 'durablesched[otel]'"
+
+
+@pytest.mark.parametrize(
+    ("args", "positional"), [({}, None), ({"a": [1, {"b": "ü"}]}, None), ({"k": None}, [1, 2])]
+)
+def test_the_context_extends_the_arguments_json_as_if_made_together(
+    args: dict[str, object], positional: list[int] | None
+) -> None:
+    task = build_task("t", args, now=NOW, positional=positional)
+    traced = with_trace(task, CARRIER)
+    assert traced.args_json is not None
+    assert json.loads(traced.args_json) == {TRACE: CARRIER, **task.args} == traced.args
+    assert split_trace(json.loads(traced.args_json)) == (task.args, CARRIER)
+    assert join_trace(task.args, CARRIER) == traced.args
+    # A task built without its JSON (the process environment's children) gets the member too.
+    bare = NewTask("t", dict(task.args), NOW, 1)
+    assert with_trace(bare, CARRIER).args == traced.args
+    assert with_trace(bare, CARRIER).args_json is None
+
+
+def test_an_empty_carrier_leaves_the_task_as_it_was() -> None:
+    task = build_task("t", {"a": 1}, now=NOW)
+    assert with_trace(task, {}) is task
+
+
+def test_a_malformed_stored_context_is_dropped_not_passed_on() -> None:
+    stored = {TRACE: "not a mapping", "a": 1}
+    assert split_trace(stored) == ({"a": 1}, None)
+    assert split_trace({TRACE: {"traceparent": 7}}) == ({}, None)
+    assert stored == {TRACE: "not a mapping", "a": 1}  # read, not changed
+    plain = {"a": 1}
+    assert split_trace(plain)[0] is plain  # the common case: no copy
+
+
+def test_each_end_state_has_its_outcome_name() -> None:
+    assert [outcome_of(s) for s in TaskState if s.value not in ("PENDING", "RUNNING")] == [
+        SUCCEEDED,
+        RETRY,
+        FAILED,
+        CANCELLED,
+    ]
+    assert outcome_of(None) == LEASE_LOST
