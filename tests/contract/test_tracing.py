@@ -401,3 +401,35 @@ def test_a_users_argument_cannot_take_the_reserved_name(
     with pytest.raises(InvalidTaskError, match=r"'\*trace' is reserved"):
         scheduler.submit_many("job", [{}, {TRACE: {}}])
     assert scheduler.list_tasks() == []
+
+
+def test_an_attempt_in_a_child_process_is_traced_by_the_worker(
+    scheduler: Scheduler, registry: TaskRegistry, clock: ManualClock, exporter: InMemorySpanExporter
+) -> None:
+    """The child sends back its error (as stored) and its children (with the context it
+    inherited): the worker's span records both."""
+
+    @registry.task("forked", pass_context=True, environment="process", retry=RETRY)
+    def forked(ctx: TaskContext) -> None:
+        ctx.submit("after")
+        if ctx.attempt == 1:
+            raise ValueError("child says no")
+
+    registry.task("after")(lambda: None)
+    scheduler.submit("forked")
+    worker = Worker(scheduler)
+    assert worker.run_due() == 1  # the first attempt fails: its child is not stored
+    run = one(exporter, "durablesched run forked")
+    attributes = run.attributes or {}
+    assert (attributes["durablesched.task.outcome"], attributes["error.type"]) == (
+        "retry",
+        "builtins.ValueError",
+    )
+    (event,) = run.events
+    assert "child says no" in str((event.attributes or {})["exception.stacktrace"])
+
+    clock.advance(timedelta(minutes=1))
+    assert worker.run_due() == 2  # the second succeeds, and its child runs
+    second = named(exporter, "durablesched run forked")[1]
+    assert (second.attributes or {})["durablesched.task.outcome"] == "succeeded"
+    assert linked(one(exporter, "durablesched run after")) == [span_id(second)]
