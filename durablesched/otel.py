@@ -126,13 +126,24 @@ class OTelTracer:
                 tasks = [with_trace(task, carrier) for task in tasks]
             submitted = store(tasks)
             if span.is_recording() and tasks:
-                span.set_attribute("messaging.destination.name", tasks[0].queue)
+                # One call: the SDK checks and locks per call, not per attribute.
                 if batch:
-                    span.set_attribute("messaging.batch.message_count", len(tasks))
+                    span.set_attributes(
+                        {
+                            "messaging.destination.name": tasks[0].queue,
+                            "messaging.batch.message_count": len(tasks),
+                        }
+                    )
                 else:
-                    span.set_attribute("messaging.message.id", str(submitted[0].task_id))
-                    span.set_attribute("durablesched.task.id", submitted[0].task_id)
-                    span.set_attribute("durablesched.task.created", submitted[0].created)
+                    (one,) = submitted
+                    span.set_attributes(
+                        {
+                            "messaging.destination.name": tasks[0].queue,
+                            "messaging.message.id": str(one.task_id),
+                            "durablesched.task.id": one.task_id,
+                            "durablesched.task.created": one.created,
+                        }
+                    )
             return submitted
 
     def carry(self, task: NewTask) -> NewTask:
@@ -198,7 +209,11 @@ class AttemptSpan:
             self._ended = True
         span = self.span
         if span.is_recording():
-            span.set_attribute("durablesched.task.outcome", outcome)
+            failed = outcome in FAILURES
+            attributes: dict[str, AttributeValue] = {"durablesched.task.outcome": outcome}
+            if failed:
+                attributes["error.type"] = error.type if error else LEASE_EXPIRED
+            span.set_attributes(attributes)
             if error is not None:
                 # The exception as OpenTelemetry records one, from what the worker stores
                 # (an attempt in a child process sends only that).
@@ -210,8 +225,7 @@ class AttemptSpan:
                         "exception.stacktrace": error.traceback,
                     },
                 )
-            if outcome in FAILURES:
-                span.set_attribute("error.type", error.type if error else LEASE_EXPIRED)
+            if failed:
                 if error is not None:
                     description = f"{error.type}: {error.message}"
                 else:
