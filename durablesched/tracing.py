@@ -21,6 +21,7 @@ The hook points:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
@@ -28,6 +29,8 @@ from typing import Protocol
 from durablesched.records import TRACE, Claim, ErrorInfo, NewTask, Submitted, TraceCarrier
 from durablesched.states import TaskState
 from durablesched.submission import to_json
+
+log = logging.getLogger("durablesched.tracing")
 
 # -- how an attempt ended, as its span says (the attribute durablesched.task.outcome) -------------
 
@@ -119,6 +122,25 @@ def install(tracer: Tracer | None) -> Tracer | None:
     trace they started with."""
     previous, tracing_hook.tracer = tracing_hook.tracer, tracer
     return previous
+
+
+def start_attempt(tracer: Tracer, claim: Claim, owner: str) -> AttemptTrace | None:
+    """``tracer.attempt(claim, owner)``, or None (logged) if the tracer fails: a broken
+    tracer must not keep an attempt from running, nor hold its slot."""
+    try:
+        return tracer.attempt(claim, owner)
+    except Exception:
+        log.exception("tracing: could not start the span of task %s", claim.task_id)
+        return None
+
+
+def end_attempt(trace: AttemptTrace, outcome: str, error: ErrorInfo | None = None) -> None:
+    """``trace.end(outcome, error)``, logging what it raises: it is called where the
+    worker frees slots, which a tracer's failure must not stop."""
+    try:
+        trace.end(outcome, error)
+    except Exception:
+        log.exception("tracing: could not end an attempt's span (%s)", outcome)
 
 
 def with_trace(task: NewTask, carrier: TraceCarrier) -> NewTask:

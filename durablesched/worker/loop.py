@@ -25,7 +25,14 @@ from durablesched.records import Claim, Environment, ErrorInfo
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
-from durablesched.tracing import CANCELLED, LEASE_LOST, RELEASED, tracing_hook
+from durablesched.tracing import (
+    CANCELLED,
+    LEASE_LOST,
+    RELEASED,
+    end_attempt,
+    start_attempt,
+    tracing_hook,
+)
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
@@ -295,7 +302,7 @@ class Worker:
             for running in list(self._slots.active.values()):
                 running.signals.mark_lease_lost()
                 if running.trace is not None:
-                    running.trace.end(RELEASED)
+                    end_attempt(running.trace, RELEASED)
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
@@ -386,7 +393,7 @@ class Worker:
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         tracer = tracing_hook.tracer
-        trace = running.trace = None if tracer is None else tracer.attempt(claim, self.owner)
+        trace = running.trace = None if tracer is None else start_attempt(tracer, claim, self.owner)
         try:
             if trace is None:
                 outcome = self._attempts.run(running)
@@ -397,13 +404,13 @@ class Worker:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
             if trace is not None:
-                trace.end(LEASE_LOST, ErrorInfo.from_exception(exc))
+                end_attempt(trace, LEASE_LOST, ErrorInfo.from_exception(exc))
             self._commit.forget([running])
             raise
         if outcome is None:  # already recorded: its process was terminated
             if trace is not None:
                 lost = running.context.lease_lost
-                trace.end(LEASE_LOST if lost else CANCELLED)
+                end_attempt(trace, LEASE_LOST if lost else CANCELLED)
             self._commit.forget([running])
             return
         self._commit.hand_over(running, outcome)

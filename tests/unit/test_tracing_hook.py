@@ -1,5 +1,5 @@
 """The tracing hook when nothing is instrumented (nothing imported, nothing stored), and the
-stored form of a trace context (docs/tracing.md)."""
+stored form of a trace context, and a tracer that fails (docs/tracing.md)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from durablesched.records import TRACE, NewTask, join_trace, split_trace
+from durablesched import ManualClock, MemoryStore, Scheduler, TaskRegistry, Worker
+from durablesched.records import (
+    TRACE,
+    Claim,
+    ErrorInfo,
+    NewTask,
+    Submitted,
+    join_trace,
+    split_trace,
+)
 from durablesched.states import TaskState
 from durablesched.submission import build_task
 from durablesched.tracing import (
@@ -21,9 +32,13 @@ from durablesched.tracing import (
     LEASE_LOST,
     RETRY,
     SUCCEEDED,
+    AttemptTrace,
+    install,
     outcome_of,
     with_trace,
 )
+
+from ..conftest import WAIT
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 CARRIER = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
@@ -120,3 +135,56 @@ def test_each_end_state_has_its_outcome_name() -> None:
         CANCELLED,
     ]
     assert outcome_of(None) == LEASE_LOST
+
+
+class BrokenTracer:
+    """A tracer whose every attempt call fails: at its start, or at its end."""
+
+    def __init__(self, fail_at: str) -> None:
+        self.fail_at = fail_at
+
+    def submit(
+        self,
+        name: str,
+        build: Callable[[], list[NewTask]],
+        store: Callable[[list[NewTask]], list[Submitted]],
+        *,
+        batch: bool,
+    ) -> list[Submitted]:
+        return store(build())
+
+    def carry(self, task: NewTask) -> NewTask:
+        return task
+
+    def attempt(self, claim: Claim, owner: str) -> AttemptTrace:
+        if self.fail_at == "start":
+            raise RuntimeError("tracer down")
+        return self
+
+    def running(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def end(self, outcome: str, error: ErrorInfo | None = None) -> None:
+        raise RuntimeError("tracer down")
+
+
+@pytest.mark.parametrize("fail_at", ["start", "end"])
+def test_a_failing_tracer_neither_stops_an_attempt_nor_holds_its_slot(
+    fail_at: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = TaskRegistry()
+    registry.task("job")(lambda: "done")
+    scheduler = Scheduler(MemoryStore(), registry=registry, clock=ManualClock(NOW))
+    ids = [scheduler.submit("job") for _ in range(3)]
+    previous = install(BrokenTracer(fail_at))
+    try:
+        worker = Worker(scheduler, concurrency=2)
+        assert worker.run_once() == 2  # on the worker's threads: the group commit ends them
+        assert worker.wait_idle(WAIT)
+        assert worker.run_once() == 1  # the slots were freed
+        assert worker.wait_idle(WAIT)
+        assert worker.stop(WAIT)
+    finally:
+        install(previous)
+    assert [scheduler.get(i).state for i in ids] == [TaskState.SUCCEEDED] * 3
+    assert "tracing: could not" in caplog.text
