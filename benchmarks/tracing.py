@@ -72,23 +72,27 @@ def measure(setup: str, db: Path, tasks: int, concurrency: int) -> dict[str, Any
     registry.task("noop")(lambda: None)
     store = SQLiteStore(fresh(db), durability="normal")
     scheduler = Scheduler(store, registry=registry)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(tasks):
         scheduler.submit("noop")
     submitted = time.perf_counter()
     Worker(scheduler, concurrency=concurrency).run(burst=True, burst_wait=0)
-    ran = time.perf_counter()
+    if provider is not None:
+        provider.force_flush()  # the spans' export is part of what they cost
+    ran, cpu_ran = time.perf_counter(), time.process_time()
     succeeded = len(store.list_tasks(state=TaskState.SUCCEEDED, limit=tasks + 1))
     store.close()
     spans = None
     if provider is not None and exporter is not None:
-        provider.force_flush()
         spans = len(exporter.get_finished_spans())
         provider.shutdown()
     return {
         "setup": setup,
         "submit_per_s": tasks / (submitted - started),
         "run_per_s": tasks / (ran - submitted),
+        # CPU time of the whole process (every thread) per task: what the set-up costs,
+        # whatever else the machine is busy with.
+        "cpu_us": (cpu_ran - cpu_started) / tasks * 1e6,
         "spans": spans,
         "succeeded": succeeded,
         "imports_opentelemetry": any(m.startswith("opentelemetry") for m in sys.modules),
@@ -163,10 +167,22 @@ def compare(
                 result = run_one(setup, Path(tmp) / "tasks.db", tasks, concurrency, base)
                 assert result["succeeded"] == tasks, result
                 results[setup].append(result)
+    base_runs = results["base"]
+
+    def against_base(runs: list[dict[str, Any]], key: str) -> float:
+        """The median of each round's ratio to the base of the same round (paired: a
+        round's set-ups ran one after the other, under the same load)."""
+        ratios = [float(r[key]) / float(b[key]) - 1 for r, b in zip(runs, base_runs, strict=True)]
+        return statistics.median(ratios)
+
     medians = {
         setup: {
             "submit_per_s": statistics.median(r["submit_per_s"] for r in runs),
+            "submit_vs_base": against_base(runs, "submit_per_s"),
             "run_per_s": statistics.median(r["run_per_s"] for r in runs),
+            "run_vs_base": against_base(runs, "run_per_s"),
+            "cpu_us": statistics.median(r["cpu_us"] for r in runs),
+            "cpu_vs_base": against_base(runs, "cpu_us"),
             "spans": runs[-1]["spans"] or 0,
             "imports_opentelemetry": float(any(r["imports_opentelemetry"] for r in runs)),
         }
@@ -175,21 +191,21 @@ def compare(
     return commit, medians
 
 
-def report(commit: str, medians: dict[str, dict[str, float]], tasks: int) -> str:
-    base = medians["base"]
+def report(commit: str, medians: dict[str, dict[str, float]], tasks: int, rounds: int) -> str:
     lines = [
-        f"{tasks:,} no-op tasks, submitted one by one, then run; medians; base = {commit}",
+        f"{tasks:,} no-op tasks, submitted one by one, then run; medians of {rounds} rounds "
+        f"(vs base: of each round's ratio); base = {commit}",
         "",
-        "| set-up | submits/s | vs base | runs/s | vs base | spans | opentelemetry imported |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| set-up | submits/s | vs base | runs/s | vs base | CPU per task | vs base | spans "
+        "| opentelemetry imported |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for setup in SETUPS:
         m = medians[setup]
-        submit_ratio = m["submit_per_s"] / base["submit_per_s"] - 1
-        run_ratio = m["run_per_s"] / base["run_per_s"] - 1
         lines.append(
-            f"| {setup} | {m['submit_per_s']:,.0f} | {submit_ratio:+.1%} | "
-            f"{m['run_per_s']:,.0f} | {run_ratio:+.1%} | {int(m['spans']):,} | "
+            f"| {setup} | {m['submit_per_s']:,.0f} | {m['submit_vs_base']:+.1%} | "
+            f"{m['run_per_s']:,.0f} | {m['run_vs_base']:+.1%} | {m['cpu_us']:,.0f} µs | "
+            f"{m['cpu_vs_base']:+.1%} | {int(m['spans']):,} | "
             f"{'yes' if m['imports_opentelemetry'] else 'no'} |"
         )
     return "\n".join(lines)
@@ -208,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure(args.one, args.db, args.tasks, args.concurrency)))
         return
     commit, medians = compare(args.tasks, args.rounds, args.concurrency, args.base)
-    print(report(commit, medians, args.tasks))
+    print(report(commit, medians, args.tasks, args.rounds))
 
 
 if __name__ == "__main__":

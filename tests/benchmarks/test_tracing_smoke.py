@@ -21,5 +21,5 @@ def test_every_set_up_runs_and_is_reported() -> None:
     assert set(medians) == set(SETUPS)
     assert [medians[s]["spans"] for s in SETUPS] == [0, 0, 0, 40]
     assert [medians[s]["imports_opentelemetry"] for s in SETUPS] == [0, 0, 1, 1]
-    text = report(commit, medians, 20)
+    text = report(commit, medians, 20, 1)
     assert all(f"| {setup} |" in text for setup in SETUPS)
