@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from durablesched import ManualClock, MemoryStore, Scheduler, TaskRegistry, Worker
+from durablesched import ManualClock, MemoryStore, Scheduler, SQLiteStore, TaskRegistry, Worker
 from durablesched.records import (
     TRACE,
     Claim,
@@ -39,6 +39,7 @@ from durablesched.tracing import (
 )
 
 from ..conftest import WAIT
+from .test_cli_edges import Run
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 CARRIER = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
@@ -188,3 +189,19 @@ def test_a_failing_tracer_neither_stops_an_attempt_nor_holds_its_slot(
         install(previous)
     assert [scheduler.get(i).state for i in ids] == [TaskState.SUCCEEDED] * 3
     assert "tracing: could not" in caplog.text
+
+
+def test_show_prints_the_arguments_and_the_context_apart(run: Run, db: Path) -> None:
+    store = SQLiteStore(db)
+    (submitted,) = store.submit([with_trace(build_task("t", {"n": 1}, now=NOW), CARRIER)], NOW)
+    store.close()
+    shown = run("show", str(submitted.task_id))
+    assert shown.code == 0
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in
+             shown.out.split("\nhistory:")[0].splitlines()}  # fmt: skip
+    assert lines["args"] == '{"n": 1}'
+    assert json.loads(lines["trace"]) == CARRIER
+    as_json = json.loads(run("show", str(submitted.task_id), "--json").out)
+    assert (as_json["args"], as_json["trace"]) == ({"n": 1}, CARRIER)
+    listed = json.loads(run("ls", "--json").out)
+    assert listed[0]["args"] == {"n": 1}
