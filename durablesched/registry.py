@@ -206,6 +206,11 @@ class TaskRegistry:
         except KeyError:
             raise UnknownTaskNameError(f"no task is registered under the name {name!r}") from None
 
+    def find(self, name: str) -> TaskDefinition | None:
+        """The definition registered under ``name``, or None: :meth:`get` without the
+        exception, for a worker that looks up every task it claims."""
+        return self._tasks.get(name)
+
     @property
     def names(self) -> frozenset[str]:
         """Every registered name: what a worker of this registry may claim."""

@@ -371,7 +371,8 @@ def _due_at(
         raise InvalidTaskError(f"{delay_name} must be finite, got {delay!r}")
     try:
         step = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
-        if step < timedelta(0):
+        # The number itself: a tiny negative float rounds to a zero timedelta.
+        if step < timedelta(0) or (not isinstance(delay, timedelta) and delay < 0):
             raise InvalidTaskError(f"{delay_name} must not be negative, got {delay!r}")
         return now + step
     except OverflowError:

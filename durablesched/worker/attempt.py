@@ -78,21 +78,21 @@ class AttemptRunner:
         for claim in claims:
             signals = AttemptSignals()
             ctx = TaskContext(claim, self._scheduler, signals)
-            if claim.name in self._registry:  # an unknown one (unknown_tasks="fail") fails
-                definition = self._registry.get(claim.name)
+            definition = self._registry.find(claim.name)
+            if definition is not None:
                 ctx.environment = self.environment_of(definition)
                 if definition.timeout is not None:
                     ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
-            else:
+            else:  # an unknown one (unknown_tasks="fail") fails without running
                 ctx.environment = Environment.THREAD
-            started.append(Running(claim, ctx, signals))
+            started.append(Running(claim, ctx, signals, definition))
         return started
 
     def run(self, running: Running) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends
         """One attempt, where its task says; None if it was already recorded (enforced)."""
-        claim, ctx = running.claim, running.context
+        claim, ctx, definition = running.claim, running.context, running.definition
         started = time.monotonic()
-        if claim.name not in self._registry:
+        if definition is None:
             # Claimed by a worker told to fail what it cannot run (unknown_tasks="fail"):
             # no attempt could do better, so it is not retried.
             unknown = UnknownTaskNameError(
@@ -103,7 +103,6 @@ class AttemptRunner:
                 claim, error=ErrorInfo.recorded(UnknownTaskNameError, str(unknown)), retry_at=None
             )
         try:
-            definition = self._registry.get(claim.name)
             mismatch = self._mismatch(definition, claim, ctx)
             if mismatch is not None:
                 return Outcome(claim, error=ErrorInfo.from_exception(mismatch), retry_at=None)
@@ -285,10 +284,15 @@ class AttemptRunner:
 
 def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
     """The task's function with its stored arguments (and the context, if it takes one)."""
-    positional, keywords = call_args(claim.args)
+    args = claim.args
+    if POSITIONAL in args:
+        positional, keywords = call_args(args)
+        if definition.pass_context:
+            return definition.fn(ctx, *positional, **keywords)
+        return definition.fn(*positional, **keywords)
     if definition.pass_context:
-        return definition.fn(ctx, *positional, **keywords)
-    return definition.fn(*positional, **keywords)
+        return definition.fn(ctx, **args)
+    return definition.fn(**args)
 
 
 class _Exit:

@@ -236,10 +236,13 @@ class Worker:
                 try:
                     if not self._presence.registered:
                         self._presence.register(clock.now())
-                    claimed = self.run_once()
+                    # What comes next is looked for after the pass's own time, not
+                    # after the time it ended: a task the pass reclaimed, due a short
+                    # retry delay after that time, may be due before the pass ends.
+                    now = clock.now()
+                    claimed = self.run_once(now)
                     if self._commit.error is not None:
                         raise self._commit.error  # outcomes it could not record
-                    now = clock.now()
                     next_claim = self._next_claim_time(now)
                     done = (
                         burst

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.records import Claim
+from durablesched.registry import TaskDefinition
 from durablesched.tracing import AttemptTrace
 
 
@@ -28,6 +29,9 @@ class Running:
     context: TaskContext
     #: What the worker tells the attempt (cancel, lost lease); its context reads them.
     signals: AttemptSignals
+    #: Its task as registered here, or None for a name this worker does not know
+    #: (claimed under ``unknown_tasks="fail"``): looked up once, when claimed.
+    definition: TaskDefinition | None = None
     started: float = field(default_factory=time.monotonic)
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.

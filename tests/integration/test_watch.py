@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -184,8 +184,8 @@ def test_a_full_worker_quiets_its_watcher_and_wakes_it_when_a_slot_frees(
     looked = threading.Event()  # a pass found nothing to claim with the slot free
     run_once = worker.run_once
 
-    def counted() -> int:
-        claimed = run_once()
+    def counted(now: datetime | None = None) -> int:
+        claimed = run_once(now)
         if claimed == 0 and worker.active_count == 0:
             looked.set()
         return claimed

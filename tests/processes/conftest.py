@@ -135,6 +135,9 @@ def workers(db: str, tmp_path: Path) -> Iterator[Workers]:
     w = Workers(db, tmp_path)
     yield w
     w.stop_all()
+    # Shown by pytest only when the test failed: what each worker said.
+    for index in range(len(w.procs)):
+        print(f"--- worker-{index}.log ---\n{w.log(index)}")
 
 
 @pytest.fixture

@@ -22,6 +22,8 @@ from durablesched import (
     TaskState,
     Worker,
 )
+from durablesched.records import Reclaimed
+from durablesched.store.protocol import RetryDelay
 
 from ..conftest import T0, WAIT
 
@@ -167,3 +169,32 @@ def test_burst_wait_must_be_finite_and_not_negative() -> None:
     for bad in (-1, float("inf"), float("nan"), "5"):
         with pytest.raises(ConfigurationError, match="burst_wait"):
             worker.run(burst=True, burst_wait=bad)  # type: ignore[arg-type]
+
+
+def test_a_burst_runs_a_reclaimed_task_whose_retry_fell_due_while_the_pass_went_on() -> None:
+    """The pass that reclaims claims at its own start time, before the retry is due; if
+    the pass then takes longer than the retry delay (a loaded machine), the retry is due
+    by the time the loop looks for what comes next. It must count as claimable, not be
+    missed as neither due later nor running (CI saw a burst leave it behind)."""
+    clock = IdleClock(T0)
+
+    class SlowPassStore(MemoryStore):
+        def reclaim_expired(self, now: datetime, retry_delay: RetryDelay) -> list[Reclaimed]:
+            reclaimed = super().reclaim_expired(now, retry_delay)
+            if reclaimed:
+                clock.advance(1.0)  # the rest of the pass outlasts the 0.5 s retry delay
+            return reclaimed
+
+    registry = TaskRegistry()
+    ran = threading.Event()
+    registry.register(
+        ran.set, name="job", retry=RetryPolicy(initial=timedelta(seconds=0.5), jitter=0)
+    )
+    store = SlowPassStore()
+    scheduler = Scheduler(store, registry=registry, clock=clock)
+    task_id = scheduler.submit("job")
+    store.claim("dead", 1, T0, timedelta(seconds=3))
+    worker = Worker(scheduler, owner="w")
+    BurstRun(worker, clock, 5).drive(step=0.5)
+    assert ran.is_set()
+    assert scheduler.get(task_id).state is TaskState.SUCCEEDED
