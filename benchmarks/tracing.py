@@ -3,9 +3,9 @@ worker, in four set-ups measured in the same run.
 
 ``python -m benchmarks.tracing [--tasks N] [--rounds R] [--concurrency C] [--base REV]``
 
-* ``base``: the code before tracing existed (``--base``, by default the parent of
-  the commit that added durablesched/tracing.py), exported from git: what a
-  release without the hook did;
+* ``base``: the code without tracing (``--base``, by default the newest commit of
+  HEAD's history without durablesched/tracing.py), exported from git: what the
+  same code without the hook does;
 * ``off``: this code, not instrumented (the hook points read None);
 * ``noop``: ``durablesched.otel.instrument(NoOpTracerProvider())``: the API's spans,
   which record nothing and carry no context (the cost of ``opentelemetry-api``
@@ -102,8 +102,7 @@ def measure(setup: str, db: Path, tasks: int, concurrency: int) -> dict[str, Any
 def base_tree(rev: str | None, into: Path) -> tuple[Path, str]:
     """The package as it was at ``rev`` (default: before tracing), exported from git."""
     if rev is None:
-        added = _git("log", "--diff-filter=A", "--format=%H", "-1", "--", "durablesched/tracing.py")
-        rev = f"{added}^"
+        rev = _before_tracing()
     commit = _git("rev-parse", "--short", rev)
     archive = subprocess.run(  # noqa: S603 - git, with our own arguments
         ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "durablesched"],  # noqa: S607
@@ -113,6 +112,20 @@ def base_tree(rev: str | None, into: Path) -> tuple[Path, str]:
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into, commit
+
+
+def _before_tracing() -> str:
+    """The newest commit of HEAD's history without durablesched/tracing.py: on a branch
+    that merged main, main's tip; on main after the merge, the main it merged into."""
+    for rev in _git("rev-list", "--max-count=500", "HEAD").split():
+        has = subprocess.run(  # noqa: S603 - git, with our own arguments
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:durablesched/tracing.py"],  # noqa: S607
+            capture_output=True,
+            check=False,
+        )
+        if has.returncode != 0:
+            return rev
+    raise RuntimeError("no commit without durablesched/tracing.py in the last 500: give --base")
 
 
 def _git(*args: str) -> str:
