@@ -9,12 +9,23 @@ import sys
 import textwrap
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from durablesched import ManualClock, MemoryStore, Scheduler, SQLiteStore, TaskRegistry, Worker
+from durablesched import (
+    InvalidScheduleError,
+    InvalidTaskError,
+    ManualClock,
+    MemoryStore,
+    Scheduler,
+    SQLiteStore,
+    TaskContext,
+    TaskRegistry,
+    Worker,
+)
+from durablesched.context import AttemptSignals
 from durablesched.records import (
     TRACE,
     Claim,
@@ -205,3 +216,15 @@ def test_show_prints_the_arguments_and_the_context_apart(run: Run, db: Path) -> 
     assert (as_json["args"], as_json["trace"]) == ({"n": 1}, CARRIER)
     listed = json.loads(run("ls", "--json").out)
     assert listed[0]["args"] == {"n": 1}
+
+
+def test_a_schedule_or_a_child_cannot_take_the_reserved_name_either() -> None:
+    registry = TaskRegistry()
+    registry.task("job")(lambda **kwargs: None)
+    with pytest.raises(InvalidScheduleError, match=r"'\*trace' is reserved"):
+        registry.schedule("job", every=timedelta(minutes=1), args={TRACE: {}})
+    scheduler = Scheduler(MemoryStore(), registry=registry, clock=ManualClock(NOW))
+    claim = Claim(1, "job", {}, 1, 1, "w", 1, NOW, NOW, 1, "k")
+    ctx = TaskContext(claim, scheduler, AttemptSignals())
+    with pytest.raises(InvalidTaskError, match=r"'\*trace' is reserved"):
+        ctx.submit("job", {TRACE: {"traceparent": "forged"}})
