@@ -169,6 +169,11 @@ class Store(ScheduleStore, Protocol):
 
     Implementations must be thread-safe. Every method here is called by the
     library; what operators and tools need besides is :class:`Operator`.
+
+    A task's arguments are stored as given, a trace context among them (the
+    member :data:`~durablesched.records.TRACE`, docs/tracing.md); every read
+    (a ``TaskRecord``, a ``Claim``) gives it apart, through
+    :func:`~durablesched.records.split_trace`, as ``trace``.
     """
 
     def submit(

@@ -21,6 +21,7 @@ from durablesched.records import Claim, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
+from durablesched.tracing import end_attempt, outcome_of
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots, free_slots
@@ -170,6 +171,8 @@ class GroupCommit:
                 again.append((running, self._attempts.failure(running.claim, result)))
                 continue
             _log_outcome(running, outcome, result)
+            if running.trace is not None:
+                end_attempt(running.trace, outcome_of(result), outcome.error)
             finished.append(running)
             if self._after_commit is not None:
                 self._tell(running.claim, result)

@@ -21,10 +21,18 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.records import Claim, Environment
+from durablesched.records import Claim, Environment, ErrorInfo
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
+from durablesched.tracing import (
+    CANCELLED,
+    LEASE_LOST,
+    RELEASED,
+    end_attempt,
+    start_attempt,
+    tracing_hook,
+)
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
@@ -296,6 +304,8 @@ class Worker:
             released = self.scheduler.store.release(unfinished, self.scheduler.clock.now())
             for running in list(self._slots.active.values()):
                 running.signals.mark_lease_lost()
+                if running.trace is not None:
+                    end_attempt(running.trace, RELEASED)
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
@@ -385,14 +395,25 @@ class Worker:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
+        tracer = tracing_hook.tracer
+        trace = running.trace = None if tracer is None else start_attempt(tracer, claim, self.owner)
         try:
-            outcome = self._attempts.run(running)
-        except BaseException:
+            if trace is None:
+                outcome = self._attempts.run(running)
+            else:
+                with trace.running():
+                    outcome = self._attempts.run(running)
+        except BaseException as exc:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
+            if trace is not None:
+                end_attempt(trace, LEASE_LOST, ErrorInfo.from_exception(exc))
             self._commit.forget([running])
             raise
         if outcome is None:  # already recorded: its process was terminated
+            if trace is not None:
+                lost = running.context.lease_lost
+                end_attempt(trace, LEASE_LOST if lost else CANCELLED)
             self._commit.forget([running])
             return
         self._commit.hand_over(running, outcome)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from durablesched.queues import QueueLimits, Rate
-from durablesched.records import Claim, effective_key
+from durablesched.records import Claim, JSONArgs, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     QUEUE_ROWS,
@@ -147,11 +147,16 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
         when = due.get(due_at)
         if when is None:
             when = due[due_at] = from_db_time(due_at)
+        trace = None
+        if args == "{}":
+            stored: JSONArgs = {}
+        else:
+            stored, trace = split_trace(json.loads(args))
         result.append(
             Claim(
                 task_id=task_id,
                 name=name,
-                args={} if args == "{}" else json.loads(args),
+                args=stored,
                 attempt=attempts,
                 max_attempts=max_attempts,
                 owner=owner,
@@ -161,6 +166,7 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
                 seq=seq,
                 idempotency_key=effective_key(task_id, key),
                 queue=queue,
+                trace=trace,
             )
         )
     return result
