@@ -194,6 +194,13 @@ class Claim:
     idempotency_key: str
     #: The queue it was claimed from: the worker's slots for that queue hold it.
     queue: str = DEFAULT_QUEUE
+    #: The task's priority, as stored.
+    priority: int = 0
+    #: When the task was submitted (its record's ``created_at``); every store sets it.
+    created_at: datetime | None = None
+    #: When this claim was made: the time of its RUNNING history line, the attempt's
+    #: start (``AttemptInfo.started_at``); every store sets it.
+    claimed_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:
