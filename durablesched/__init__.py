@@ -40,6 +40,7 @@ from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
 from .records import Finding as Finding
 from .records import HealthReport as HealthReport
+from .records import Outcome as Outcome
 from .records import QueueStats as QueueStats
 from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
@@ -105,6 +106,7 @@ __all__ = [
     "MemoryStore",
     "Misfire",
     "Operator",
+    "Outcome",
     "Overlap",
     "PostgresStore",
     "ProcessCrashed",

@@ -226,6 +226,13 @@ class Claim:
     #: The trace context it was submitted in (docs/tracing.md), kept apart from ``args``:
     #: the attempt's span links to it.
     trace: TraceCarrier | None = None
+    #: The task's priority, as stored.
+    priority: int = 0
+    #: When the task was submitted (its record's ``created_at``); every store sets it.
+    created_at: datetime | None = None
+    #: When this claim was made: the time of its RUNNING history line, the attempt's
+    #: start (``AttemptInfo.started_at``); every store sets it.
+    claimed_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:

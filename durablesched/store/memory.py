@@ -883,6 +883,9 @@ class MemoryStore:
             idempotency_key=effective_key(task.id, task.idempotency_key),
             queue=task.queue,
             trace=task.trace,
+            priority=task.priority,
+            created_at=task.created_at,
+            claimed_at=now,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:

@@ -237,7 +237,9 @@ class Store(ScheduleStore, Protocol):
         more attempt and a new fence. With ``names``, only tasks of those names
         qualify (a worker never claims what it cannot run). Tasks named in
         ``process_names`` are marked as running in a child process (their
-        cancellation is enforced); the others as running in a thread.
+        cancellation is enforced); the others as running in a thread. Each claim
+        carries its task's queue, priority and ``created_at``, and ``claimed_at =
+        now``, the time of the RUNNING line its claim writes in the history.
         """
         ...
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.records import Claim, Environment, ErrorInfo
+from durablesched.records import Claim, Environment, ErrorInfo, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
@@ -65,11 +65,13 @@ class Worker:
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
 
-    ``after_commit(claim, state)``, if given, is called once an attempt's outcome
-    is committed, on the thread that committed it, with the state the task was
-    left in (None: the outcome was discarded, its lease lost); what it raises is
-    logged, never the worker's concern. Integrations (Django's ``task_finished``)
-    hang their "it is done" here: nothing is said before the commit.
+    ``after_commit(outcome, state, at)``, if given, is called once an attempt's
+    outcome (its claim, and its result or error) is committed, on the thread that
+    committed it, with the state the task was left in (None: the outcome was
+    discarded, its lease lost) and the time the commit recorded (a finished
+    task's ``finished_at``); what it raises is logged, never the worker's concern.
+    Integrations (Django's ``task_finished``) hang their "it is done" here:
+    nothing is said before the commit.
 
     ``unknown_tasks`` says what happens to a task whose name the registry lacks.
     ``"skip"`` (the default): it is never claimed here, and waits for a worker
@@ -96,7 +98,7 @@ class Worker:
         environment: str | Environment = Environment.THREAD,
         cancel_grace: float = 5.0,
         queues: Mapping[str, int] | None = None,
-        after_commit: Callable[[Claim, TaskState | None], object] | None = None,
+        after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
         unknown_tasks: str = "skip",
     ) -> None:
         if scheduler.registry is None:
