@@ -553,3 +553,52 @@ def reclaim_owner(detail: str | None) -> str | None:
     if detail is None or not detail.startswith(RECLAIM_PREFIX) or RECLAIM_MARK not in detail:
         return None
     return detail[len(RECLAIM_PREFIX) : detail.rindex(RECLAIM_MARK)]
+
+
+# -- what a dashboard reads (``Console``) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQuery:
+    """Which tasks a page of a task list holds: newest first, by ``(created_at, id)``
+    descending, each filter exact (None: any).
+
+    ``before`` is the keyset cursor: the ``(created_at, id)`` of the last task of the
+    previous page, so that the next page starts right after it without counting
+    the rows before it (a page costs what it shows, however deep it is).
+    """
+
+    state: TaskState | None = None
+    queue: str | None = None
+    name: str | None = None
+    #: The task's idempotency key as submitted.
+    key: str | None = None
+    #: Created at or after this time.
+    created_from: datetime | None = None
+    #: Created before this time.
+    created_until: datetime | None = None
+    before: tuple[datetime, int] | None = None
+
+    def matches(self, task: TaskRecord) -> bool:
+        """Whether ``task`` is in the list this query describes (the in-memory reading)."""
+        return (
+            (self.state is None or task.state == self.state)
+            and (self.queue is None or task.queue == self.queue)
+            and (self.name is None or task.name == self.name)
+            and (self.key is None or task.idempotency_key == self.key)
+            and (self.created_from is None or task.created_at >= self.created_from)
+            and (self.created_until is None or task.created_at < self.created_until)
+            and (self.before is None or (task.created_at, task.id) < self.before)
+        )
+
+
+class MinuteCounts(NamedTuple):
+    """The attempts that ended in one minute of history."""
+
+    #: The minute's start, UTC.
+    minute: datetime
+    #: Attempts that succeeded (SUCCEEDED lines).
+    succeeded: int
+    #: Attempts that ended in an error, retried or not (RETRY_WAIT and FAILED lines,
+    #: lost leases included).
+    failed: int

@@ -23,7 +23,7 @@ from durablesched import (
     TaskState,
 )
 from durablesched.records import NewTask
-from durablesched.store.protocol import Effect
+from durablesched.store.protocol import Console, Effect
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
 from durablesched.store.sql.store import SQLStore
@@ -99,9 +99,9 @@ def pg_url() -> Iterator[str]:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-class BackendStore(Store, Protocol):
-    """The Store protocol plus the lone-outcome calls every backend has for tools and
-    tests (the worker records through ``record_and_claim``)."""
+class BackendStore(Store, Console, Protocol):
+    """The Store and Console protocols plus the lone-outcome calls every backend has for
+    tools and tests (the worker records through ``record_and_claim``)."""
 
     def complete(
         self,

@@ -42,6 +42,9 @@ DEFAULTS: dict[str, str] = {
     "overdue_after": f"{OVERDUE_AFTER.total_seconds():g}s",
     # `metrics`: how far back attempts, reclaims and durations are counted.
     "window": "1h",
+    # `dashboard`: this host only unless told (any other address needs a token).
+    "host": "127.0.0.1",
+    "port": "8787",
     # `schedule add`: the API's defaults (durablesched.schedules.declaration.schedule).
     "timezone": "UTC",
     "misfire": "latest",
@@ -115,10 +118,16 @@ def setting(parser: argparse._ActionsContainer, flag: str, *, help: str, **kw: A
 
 
 def switch(
-    parser: argparse.ArgumentParser, flag: str, *, help: str, suppress: bool = False
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    help: str,
+    suppress: bool = False,
+    variable: str | None = None,
 ) -> None:
-    """Add an on/off ``--flag``, on when DURABLESCHED_FLAG is set to anything but 0/false/no."""
-    env = env_name(flag.lstrip("-"))
+    """Add an on/off ``--flag``, on when DURABLESCHED_FLAG (or ``variable``'s) is set to
+    anything but 0/false/no."""
+    env = env_name(variable or flag.lstrip("-"))
     parser.add_argument(
         flag,
         action="store_true",

@@ -10,6 +10,7 @@ from importlib import metadata
 
 from durablesched.cli import (
     check,
+    dashboard,
     metrics,
     operate,
     queues,
@@ -32,6 +33,7 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     schedules.register,
     workers.register,
     metrics.register,
+    dashboard.register,
 )
 
 

@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import (
@@ -36,12 +36,14 @@ from durablesched.records import (
     Finding,
     HealthReport,
     LeaseStatus,
+    MinuteCounts,
     NewTask,
     Outcome,
     OutcomeResult,
     Reclaimed,
     Submitted,
     TaskEvent,
+    TaskQuery,
     TaskRecord,
     WorkerInfo,
     effective_key,
@@ -68,6 +70,8 @@ _HeapEntry = tuple[datetime, int, int]
 _ReadyEntry = tuple[int, datetime, int, int]
 
 
+#: The history lines that end an attempt, as ``minute_counts`` counts them.
+_ENDED = frozenset({TaskState.SUCCEEDED, TaskState.RETRY_WAIT, TaskState.FAILED})
 #: Run times are counted in whole microseconds, as the SQL backends count them.
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -568,6 +572,55 @@ class MemoryStore:
                 for name, us in runs.items()
             },
         )
+
+    # -- Console: what a dashboard reads and deletes --------------------------------------------
+
+    def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
+        with self._lock:
+            rows = [t for t in self._tasks.values() if query.matches(t)]
+        rows.sort(key=lambda t: (t.created_at, t.id), reverse=True)
+        return rows[: max(limit, 0)]
+
+    def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:
+        counts: dict[datetime, list[int]] = {}
+        with self._lock:
+            for events in self._events.values():
+                for e in events:
+                    if not since < e.at <= now or e.state not in _ENDED:
+                        continue
+                    minute = e.at.astimezone(UTC).replace(second=0, microsecond=0)
+                    pair = counts.setdefault(minute, [0, 0])
+                    pair[e.state is not TaskState.SUCCEEDED] += 1
+        return [MinuteCounts(m, *counts[m]) for m in sorted(counts)]
+
+    def delete_task(self, task_id: int) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            if task.state not in TERMINAL:
+                raise InvalidTransitionError(
+                    f"task {task_id} is {task.state}: only a finished task (SUCCEEDED, FAILED "
+                    "or CANCELLED) can be deleted; cancel it first"
+                )
+            del self._tasks[task_id]
+            del self._events[task_id]
+            key = task.idempotency_key
+            if key is not None and self._keys.get(key) == task_id:
+                del self._keys[key]
+            for recorded, (holder, _, _) in list(self.recorded_keys.items()):
+                if holder == task_id:
+                    del self.recorded_keys[recorded]
+            # A fire that made it stays, naming no task (SQL's ON DELETE SET NULL).
+            for fire, (made, skipped) in list(self._fires.items()):
+                if made == task_id:
+                    self._fires[fire] = (None, skipped)
+            for name, (_, made) in list(self._latest_task.items()):
+                if made == task_id:
+                    self._latest_task.pop(name)
+                    left = [(at, i) for (n, at), (i, _) in self._fires.items() if n == name and i]
+                    if left:
+                        self._latest_task[name] = max(left)
 
     # -- live workers ---------------------------------------------------------------------
 

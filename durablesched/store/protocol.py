@@ -22,6 +22,7 @@ from durablesched.records import (
     Claim,
     HealthReport,
     LeaseStatus,
+    MinuteCounts,
     NewTask,
     Outcome,
     OutcomeResult,
@@ -29,6 +30,7 @@ from durablesched.records import (
     Reclaimed,
     Submitted,
     TaskEvent,
+    TaskQuery,
     TaskRecord,
     WorkerInfo,
 )
@@ -488,5 +490,37 @@ class Operator(Protocol):
         ...
 
 
-class DurableStore(Store, Operator, Protocol):
+class Console(Protocol):
+    """What a dashboard needs of a store besides :class:`Store`: a page of a filtered
+    task list, per-minute counts of a window of history, and deleting a finished task.
+
+    Every backend implements it (the in-memory one too). Each read is bounded by an
+    index in the SQL backends (docs/dashboard.md, "Speed").
+    """
+
+    def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
+        """Up to ``limit`` tasks matching ``query``, newest first: ``(created_at, id)``
+        descending, from just after ``query.before`` if given (keyset pagination)."""
+        ...
+
+    def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:
+        """Attempts that ended after ``since`` and at or before ``now``, per minute of
+        their end (UTC), oldest first; minutes with none are left out.
+
+        Read from the history through its index on time: an hour costs what it holds.
+        """
+        ...
+
+    def delete_task(self, task_id: int) -> None:
+        """Delete a finished task (SUCCEEDED, FAILED or CANCELLED) with its history and
+        recorded key, as ``purge`` deletes old ones; a schedule's fire that made it
+        stays, naming no task.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        for a live task (cancel it first).
+        """
+        ...
+
+
+class DurableStore(Store, Operator, Console, Protocol):
     """A database-backed store, as :func:`durablesched.open_store` opens one."""

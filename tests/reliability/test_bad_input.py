@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -214,6 +215,7 @@ OPTIONS = {
     "purge": ["--older-than", "--batch"],
     "move": ["--from", "--to", "--batch"],
     "copy": ["--from", "--to", "--batch"],
+    "dashboard": ["--host", "--port", "--token"],
 }
 #: A value each option takes, drawn as often as all the others together.
 GOOD = {
@@ -222,6 +224,7 @@ GOOD = {
     "--args": ['{"n": 1}', "{}"], "--delay": ["5m"], "--at": ["2030-01-01T00:00:00+00:00"],
     "--max-attempts": ["3"], "--key": ["k"], "--state": ["PENDING", "FAILED"],
     "--name": ["ok"], "--limit": ["3"], "--older-than": ["0s", "7d"], "--batch": ["2"],
+    "--host": ["127.0.0.1", "192.0.2.1", "::1"], "--port": ["0", "8787"], "--token": ["t", " "],
 }  # fmt: skip
 #: What a command takes besides options.
 POSITIONALS = {
@@ -273,6 +276,9 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(sys, "path", list(sys.path))  # --app puts the folder on it
     db = tmp_path / "fuzz.db"
     monkeypatch.setenv("DURABLESCHED_DB", str(db))
+    # The dashboard serves until stopped: here it stops at once, once everything its
+    # options name was checked, opened and built.
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     levels = {n: logging.getLogger(n).level for n in ("durablesched", "alembic")}
     yield db
     for name, level in levels.items():  # the worker command sets them

@@ -19,6 +19,10 @@ lockstep, comparing every answer:
   ``list_workers`` and ``prune_workers`` (a day and more later), with the
   heartbeat's mark of its worker compared after every step; ``activity``
   (windows of several lengths, ending now or ahead of now, with several bounds);
+  the dashboard's ``Console``: ``find_tasks`` (every filter alone and together,
+  created-time ranges, a keyset cursor from a task's own or a shifted time,
+  limits from 0), ``minute_counts`` (windows ending now or ahead) and
+  ``delete_task`` (finished, live and unknown tasks);
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -102,6 +106,7 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     TaskEvent,
+    TaskQuery,
     TaskRecord,
     WorkerInfo,
 )
@@ -881,6 +886,55 @@ class StoresAgree(RuleBasedStateMachine):
             self.clock.advance(WORKER_FORGET_AFTER * days)
         self.both("prune_workers", self.now())
 
+    # -- the dashboard's Console ---------------------------------------------------------------
+
+    @rule(data=st.data(), limit=st.integers(0, 6))
+    def find_tasks(self, data: st.DataObject, limit: int) -> None:
+        """A page of the dashboard's list: every filter, a created-time range, a cursor."""
+        self.op = "read"
+        maybe = st.none
+        state = data.draw(st.one_of(maybe(), st.sampled_from(list(TaskState))), label="state")
+        name = data.draw(st.one_of(maybe(), st.sampled_from([*NAMES, "zzz"])), label="name")
+        queue = data.draw(st.one_of(maybe(), st.sampled_from(QUEUES)), label="queue")
+        keys = [k for k in KEYS if k is not None]
+        key = data.draw(st.one_of(maybe(), st.sampled_from(keys)), label="key")
+        now = self.now()
+        ago = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created from")
+        until = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created until")
+        before = None
+        if data.draw(st.booleans(), label="cursor"):
+            task = self.memory.get(self.task_id(data))
+            shift = timedelta(seconds=data.draw(st.sampled_from([0, 0, 1, -1]), label="shift"))
+            if task is not None:
+                before = (task.created_at + shift, task.id)
+        query = TaskQuery(
+            state=state,
+            queue=queue,
+            name=name,
+            key=key,
+            created_from=None if ago is None else now - timedelta(seconds=ago),
+            created_until=None if until is None else now - timedelta(seconds=until),
+            before=before,
+        )
+        page = self.both("find_tasks", query, limit)
+        order = [(t.created_at, t.id) for t in page]
+        assert order == sorted(order, reverse=True) and len(page) <= limit
+
+    @rule(ago=st.integers(0, 300), ahead=st.sampled_from([0, 0, 30]))
+    def minute_counts(self, ago: int, ahead: int) -> None:
+        """The overview's chart: attempts that ended, per minute of a window."""
+        self.op = "read"
+        now = self.now()
+        self.both("minute_counts", now - timedelta(seconds=ago), now + timedelta(seconds=ahead))
+
+    @rule(data=st.data())
+    def delete_task(self, data: st.DataObject) -> None:
+        """Delete a finished task (a live or unknown one is refused alike)."""
+        self.op = "delete"
+        task_id = self.task_id(data)
+        if self.both("delete_task", task_id) is None:
+            self.cancelled_before_start.pop(task_id, None)
+
     # -- operator actions ------------------------------------------------------------------------
 
     @rule(data=st.data())
@@ -961,7 +1015,9 @@ class StoresAgree(RuleBasedStateMachine):
             old = self.seen_histories.get(task_id, [])
             records[task_id], histories[task_id] = after, self.memory.history(task_id)
             if after is None:
-                if before is not None:  # purged: finished before the purge's time
+                if before is not None and self.op == "delete":  # deleted: finished
+                    assert before.state in TERMINAL
+                elif before is not None:  # purged: finished before the purge's time
                     assert self.op == "purge" and self.purged_before is not None
                     assert before.state in TERMINAL
                     assert before.finished_at is not None

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("testing helpers", ("testing",)),
     ("metrics", ("metrics",)),
     ("tracing with OpenTelemetry", ("otel",)),
+    ("dashboard", ("dashboard",)),
     ("command line", ("cli",)),
     ("integrations", ("contrib",)),
     ("facade", ("__init__", "__main__")),
@@ -62,6 +63,10 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("__main__", "otel", "OpenTelemetry is an optional extra: its users import durablesched.otel"),
     ("cli", "otel", "OpenTelemetry is an optional extra: its users import durablesched.otel"),
     ("__main__", "contrib", "an integration is imported by its users only, never by the core"),
+    ("__init__", "dashboard", "the dashboard is an optional extra: imported on demand only"),
+    ("__main__", "dashboard", "the dashboard is an optional extra: imported on demand only"),
+    ("dashboard", "store.sql", "the dashboard speaks to the store protocols, not a backend"),
+    ("dashboard", "store.memory", "the dashboard speaks to the store protocols, not a backend"),
 ]
 #: The dialect-neutral SQL modules: none of them imports a database's own module.
 NEUTRAL_SQL_IMPORTS_NO = ("store.sql.sqlite", "store.sql.postgres", "store.sql.inotify")

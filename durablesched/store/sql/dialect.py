@@ -8,8 +8,8 @@ and knows neither database by name.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,16 @@ class SQLDialect:
     #: The exact number of microseconds from time ``{start}`` to time ``{end}`` (two
     #: columns), an integer: metrics' run times, compared with bounds exactly.
     elapsed_us: str
+    #: Per minute of ``task_events.at`` in (``:since``, ``:now``], oldest first: the
+    #: minute (its start as text or time), SUCCEEDED lines, and RETRY_WAIT or FAILED
+    #: lines (``Console.minute_counts``), through ``ix_task_events_at``.
+    minute_counts: TextClause
+    #: Per queue and state, the live tasks and the oldest due (``queue_info(finished=False)``).
+    live_queue_counts: TextClause
+    #: The task list's index for a state filter, by state (``Console.find_tasks``),
+    #: where the database's planner must be told: what follows ``FROM tasks``, and a
+    #: term to add to the state's (see ``statements.sql_find_tasks``).
+    find_hints: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
     #: Run first in a submitting transaction, if the database needs it.

@@ -25,7 +25,6 @@ from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
-    SQL_LIVE_QUEUE_COUNTS,
     SQL_OLDEST_OVERDUE,
     SQL_OVERDUE_BY_NAME,
     SQL_PURGE_BATCH,
@@ -153,7 +152,7 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 running=0,
                 oldest_waiting_seconds=None,
             )
-        counts = SQL_QUEUE_COUNTS if finished else SQL_LIVE_QUEUE_COUNTS
+        counts = SQL_QUEUE_COUNTS if finished else tx.dialect.live_queue_counts
         for r in conn.execute(counts, {"now": tx._t(now)}):
             info = infos.get(r.queue)
             if info is None:

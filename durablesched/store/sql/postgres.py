@@ -38,6 +38,7 @@ from durablesched.store.sql.statements import (
     QUEUES,
     QUEUES_FILTER,
     RECORD_KEYS,
+    SQL_LIVE_QUEUE_COUNTS,
     SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
@@ -170,6 +171,16 @@ SQL_CATALOG = text(
 #: Microseconds between two timestamptz columns: EXTRACT gives exact numeric seconds.
 ELAPSED_US = "CAST(EXTRACT(EPOCH FROM ({end} - {start})) * 1000000 AS BIGINT)"
 
+#: Attempts that ended per minute of the window (``Console.minute_counts``), the minute
+#: taken in UTC whatever the session's time zone.
+MINUTE_COUNTS = text(
+    "SELECT date_trunc('minute', at AT TIME ZONE 'UTC') AS minute, "
+    "sum(CASE WHEN state = 'SUCCEEDED' THEN 1 ELSE 0 END) AS succeeded, "
+    "sum(CASE WHEN state = 'SUCCEEDED' THEN 0 ELSE 1 END) AS failed "
+    "FROM task_events WHERE at > :since AND at <= :now "
+    "AND state IN ('SUCCEEDED', 'RETRY_WAIT', 'FAILED') GROUP BY 1 ORDER BY 1"
+)
+
 
 def integrity(conn: Connection) -> list[Finding]:
     """The catalog's word: our tables and indexes exist, and every index is valid (an
@@ -230,6 +241,8 @@ POSTGRES = SQLDialect(
     time=as_utc,
     integrity=integrity,
     elapsed_us=ELAPSED_US,
+    minute_counts=MINUTE_COUNTS,
+    live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
     driver=pyformat,
     lock_submissions=text(LOCK_SUBMISSIONS),
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),

@@ -95,10 +95,17 @@ _QUEUE_COUNTS = (
 )
 SQL_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=""))
 #: The same for the live states only: ``ix_tasks_state_name`` finds them without
-#: reading the finished ones.
-SQL_LIVE_QUEUE_COUNTS = text(
-    _QUEUE_COUNTS.format(where="WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')")
-)
+#: reading the finished ones (SQLite is told so: :func:`sql_live_queue_counts`).
+LIVE_STATES_WHERE = "WHERE state IN ('PENDING', 'RETRY_WAIT', 'RUNNING')"
+SQL_LIVE_QUEUE_COUNTS = text(_QUEUE_COUNTS.format(where=LIVE_STATES_WHERE))
+
+
+def sql_live_queue_counts(index_hint: str) -> TextClause:
+    """:data:`SQL_LIVE_QUEUE_COUNTS` with ``index_hint`` after the table (SQLite's
+    ``INDEXED BY``): with statistics, SQLite may rather walk a whole index that is
+    ordered by queue than find the few live rows, and read a million finished ones."""
+    return text(_QUEUE_COUNTS.format(where=f"{index_hint} {LIVE_STATES_WHERE}"))
+
 
 # -- history and keys ----------------------------------------------------------------------------
 
@@ -311,6 +318,77 @@ SQL_PURGE_BATCH = text(
     "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < :before "
     "ORDER BY finished_at LIMIT :batch)"
 )
+
+# -- what a dashboard reads and deletes (Console) ------------------------------------------------
+
+#: A finished task deleted; its history, recorded key and copies go with it (ON DELETE
+#: CASCADE), a schedule's fire that made it stays naming none (SET NULL).
+SQL_DELETE_FINISHED = text(
+    "DELETE FROM tasks WHERE id = :id AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+    "RETURNING id"
+)
+
+
+#: The states the task list finds through an index of their own rows: few, or
+#: ``ix_tasks_state_created``'s (which holds only these three, so that a task's way
+#: through PENDING, RUNNING and SUCCEEDED never writes to it). RUNNING tasks are as
+#: many as the workers' slots (``ix_tasks_running_lease``).
+INDEXED_STATES = frozenset({"RUNNING", "RETRY_WAIT", "FAILED", "CANCELLED"})
+
+
+def sql_find_tasks(
+    *,
+    state: str | None,
+    queue: bool,
+    name: bool,
+    key: bool,
+    created_from: bool,
+    created_until: bool,
+    before: bool,
+    hint: tuple[str, str] = ("", ""),
+) -> TextClause:
+    """Up to ``:limit`` tasks newest first, ``(created_at, id)`` descending, filtered where
+    asked: ``ix_tasks_created`` and ``ix_tasks_{queue,name}_created`` hold that order
+    after their first column, so a page reads only its own rows (a key's tasks are
+    few: ``ix_tasks_key``). ``:before_at``, ``:before_id``: the keyset cursor, as a row
+    value (a range on the index, not a filter).
+
+    ``state`` is written in as a literal (one of ours), so that the partial indexes
+    can serve it. One of :data:`INDEXED_STATES` is found through its index; PENDING
+    and SUCCEEDED, which every task goes through, have none in the list's order
+    (each would cost every claim and success a write): they are compared as an
+    expression, which no index serves, so the list walks its order from the newest
+    and keeps those rows, which are usually the newest ones anyway. ``hint`` is what
+    follows the table's name and a term added to the state's (SQLite's ``INDEXED BY``
+    and the partial index's own term, which its planner needs to see: it would walk
+    the whole list's order for a state that has no row; PostgreSQL needs neither, and
+    a term said twice would make it misjudge how many rows match)."""
+    table_hint, state_term = hint
+    if state is None:
+        state_clause = None
+    elif state in INDEXED_STATES:
+        state_clause = f"state = '{state}'{f' AND {state_term}' if state_term else ''}"
+    else:
+        state_clause = f"state || '' = '{state}'"
+    clauses = [
+        clause
+        for wanted, clause in (
+            (state is not None, state_clause),
+            (queue, "queue = :queue"),
+            (name, "name = :name"),
+            (key, "idempotency_key = :key"),
+            (created_from, "created_at >= :created_from"),
+            (created_until, "created_at < :created_until"),
+            (before, "(created_at, id) < (:before_at, :before_id)"),
+        )
+        if wanted
+    ]
+    where = f"WHERE {' AND '.join(str(c) for c in clauses)}" if clauses else ""
+    return text(
+        f"SELECT {TASK_COLUMNS} FROM tasks {table_hint} {where} "
+        "ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+
 
 # -- what happened lately (metrics: Store.activity) ------------------------------------------------
 

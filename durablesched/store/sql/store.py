@@ -33,6 +33,7 @@ from durablesched.records import (
     ErrorInfo,
     HealthReport,
     LeaseStatus,
+    MinuteCounts,
     NewTask,
     Outcome,
     OutcomeResult,
@@ -40,6 +41,7 @@ from durablesched.records import (
     Reclaimed,
     Submitted,
     TaskEvent,
+    TaskQuery,
     TaskRecord,
     WorkerInfo,
 )
@@ -48,6 +50,7 @@ from durablesched.states import TaskState
 from durablesched.store.protocol import ChangeWatcher, DBAPIConnection, Effect, RetryDelay
 from durablesched.store.sql import (
     checking,
+    console,
     group_commit,
     moving,
     operator_actions,
@@ -530,6 +533,17 @@ class SQLStore(Transactions):
     def purge(self, before: datetime, *, batch: int = 10_000) -> int:
         """Delete finished tasks finished before ``before``; returns how many."""
         return operator_actions.purge(self, before, batch=batch)
+
+    # -- what a dashboard reads and deletes (Console): see console.py ------------------------------
+
+    def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
+        return console.find_tasks(self, query, limit)
+
+    def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:
+        return console.minute_counts(self, since, now)
+
+    def delete_task(self, task_id: int) -> None:
+        console.delete_task(self, task_id)
 
     # -- moving tasks to another database (not part of the Store protocol): see moving.py ---------
 

@@ -1,0 +1,107 @@
+"""The task list's filters, read from a query string: a :class:`TaskQuery`, or a
+:class:`BadFilter` saying which one is wrong (a 400, never a traceback)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from durablesched.errors import InvalidTaskError
+from durablesched.queues import check_queue
+from durablesched.records import TaskQuery
+from durablesched.states import TaskState
+from durablesched.submission import MAX_KEY_LENGTH, check_name
+
+#: Tasks on one page of the list.
+PAGE_SIZE = 50
+#: The filters the list reads, in the order its form shows them.
+FIELDS = ("state", "queue", "name", "key", "created_from", "created_until")
+
+
+class BadFilter(ValueError):
+    """A filter the list cannot read: the message names it and says what it takes."""
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """A page of the task list as asked: the query, and the filters as given (for links)."""
+
+    query: TaskQuery
+    #: The filters given, by name, as text (empty ones left out).
+    given: Mapping[str, str]
+
+    def link(self, **changes: str | None) -> str:
+        """The list's query string with ``changes`` (None removes a field)."""
+        params = {**self.given, **changes}
+        return urlencode({k: v for k, v in params.items() if v})
+
+
+def read_filters(params: Mapping[str, str]) -> ListRequest:
+    """The query in ``params`` (a request's query string), checked."""
+    given = {k: params[k] for k in (*FIELDS, "before") if params.get(k, "").strip()}
+    state = None
+    if "state" in given:
+        try:
+            state = TaskState(given["state"].strip().upper())
+        except ValueError:
+            names = ", ".join(s.value for s in TaskState)
+            raise BadFilter(f"state must be one of {names}, got {given['state']!r}") from None
+    try:
+        queue = check_queue(given["queue"].strip(), "queue") if "queue" in given else None
+        name = given.get("name")
+        if name is not None:
+            check_name(name, "name")
+    except InvalidTaskError as e:
+        raise BadFilter(str(e)) from None
+    key = given.get("key")
+    if key is not None and len(key) > MAX_KEY_LENGTH:
+        raise BadFilter(f"key must be at most {MAX_KEY_LENGTH} characters (as keys are)")
+    created_from = _time(given.get("created_from"), "created from")
+    created_until = _time(given.get("created_until"), "created until")
+    before = _cursor(given.get("before"))
+    return ListRequest(
+        TaskQuery(
+            state=state,
+            queue=queue,
+            name=name,
+            key=key,
+            created_from=created_from,
+            created_until=created_until,
+            before=before,
+        ),
+        given,
+    )
+
+
+def _time(value: str | None, what: str) -> datetime | None:
+    """An ISO 8601 time; without a zone (a browser's datetime-local field), UTC."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise BadFilter(
+            f"{what} must be a time such as 2030-01-31T12:00 (UTC) or with a zone, got {value!r}"
+        ) from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def cursor(created_at: datetime, task_id: int) -> str:
+    """The ``before`` value of the page after a task: its creation time and id."""
+    return f"{created_at.astimezone(UTC).replace(tzinfo=None).isoformat()}Z~{task_id}"
+
+
+def _cursor(value: str | None) -> tuple[datetime, int] | None:
+    if value is None:
+        return None
+    at, sep, task_id = value.strip().rpartition("~")
+    try:
+        if not sep:
+            raise ValueError(value)
+        when = datetime.fromisoformat(at)
+        number = int(task_id)
+    except ValueError:
+        raise BadFilter(f"before must be a page cursor from a 'next' link, got {value!r}") from None
+    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when, number)

@@ -1,0 +1,109 @@
+"""Every action over SQLite and PostgreSQL, through the same operator API as the CLI:
+as a plain form (303 back) and as the page's script posts it (JSON); refusals say why."""
+
+from __future__ import annotations
+
+from durablesched import TaskState
+
+from .conftest import LEASE, Dash, failed_task
+
+
+def state(dash: Dash, task_id: int) -> TaskState | None:
+    task = dash.store.get(task_id)
+    return None if task is None else task.state
+
+
+def test_cancel_a_pending_task_as_a_form_and_see_it_back(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("job", {})
+    answer = dash.post(f"/tasks/{task_id}/cancel", {"next": f"/tasks/{task_id}"})
+    assert answer.status_code == 200  # the 303 followed back to the task page
+    assert answer.url.path == f"/tasks/{task_id}"
+    assert "Done." in answer.text and 'id="task-state">CANCELLED<' in answer.text
+    assert state(dash, task_id) is TaskState.CANCELLED
+
+
+def test_cancel_retry_and_delete_as_the_script_posts_them(dash: Dash) -> None:
+    running = dash.scheduler.submit("slow", {})
+    dash.store.claim("w1", 1, dash.clock.now(), LEASE)
+    answer = dash.act(f"/tasks/{running}/cancel")
+    assert answer.status_code == 200
+    assert "cancellation requested" in answer.json()["message"]
+    failed = failed_task(dash)
+    assert dash.act(f"/tasks/{failed}/retry").json() == {
+        "message": f"task {failed}: PENDING, due now"
+    }
+    assert state(dash, failed) is TaskState.PENDING
+    assert dash.act(f"/tasks/{failed}/retry").status_code == 409  # PENDING: nothing to retry
+    assert dash.act(f"/tasks/{failed}/delete").status_code == 409  # live: cancel it first
+    assert dash.act(f"/tasks/{failed}/cancel").status_code == 200
+    assert dash.act(f"/tasks/{failed}/delete").json() == {"message": f"task {failed}: deleted"}
+    assert state(dash, failed) is None
+    assert dash.client.get(f"/tasks/{failed}").status_code == 404
+    gone = dash.act(f"/tasks/{failed}/delete")
+    assert gone.status_code == 404 and "no task with id" in gone.json()["error"]
+    assert dash.act("/tasks/999999/cancel").status_code == 404
+    assert dash.act(f"/tasks/{failed}/explode").status_code == 404
+    too_late = dash.act(f"/tasks/{running}/cancel")  # asked before: still running, asked again
+    assert too_late.status_code == 200
+
+
+def test_a_refused_form_shows_why_without_a_traceback(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("job", {})
+    page = dash.post(f"/tasks/{task_id}/delete")
+    assert page.status_code == 409
+    assert "only a finished task" in page.text and "Traceback" not in page.text
+
+
+def test_bulk_actions_do_each_task_and_count_the_refusals(dash: Dash) -> None:
+    waiting = [dash.scheduler.submit("job", {"i": i}) for i in range(3)]
+    failed = failed_task(dash)
+    answer = dash.act("/tasks/bulk", {"action": "cancel", "ids": [*map(str, waiting), str(failed)]})
+    assert answer.json()["message"].startswith("cancel: 3 of 4 task(s) done; 1 refused")
+    assert all(state(dash, t) is TaskState.CANCELLED for t in waiting)
+    answer = dash.act("/tasks/bulk", {"action": "retry", "ids": [str(waiting[0]), str(failed)]})
+    assert answer.json() == {"message": "retry: 2 of 2 task(s) done"}
+    answer = dash.act("/tasks/bulk", {"action": "delete", "ids": [str(t) for t in waiting]})
+    assert answer.json()["message"].startswith("delete: 2 of 3 task(s) done; 1 refused")
+    assert [state(dash, t) for t in waiting] == [TaskState.PENDING, None, None]
+    assert dash.act("/tasks/bulk", {"action": "cancel"}).status_code == 400  # none ticked
+    assert dash.act("/tasks/bulk", {"action": "drop", "ids": ["1"]}).status_code == 400
+    assert dash.act("/tasks/bulk", {"action": "cancel", "ids": ["x"]}).status_code == 400
+
+
+def test_queue_pause_resume_and_limits(dash: Dash) -> None:
+    dash.scheduler.submit("job", {}, queue="mail")
+    assert dash.act("/queues/mail/pause").json() == {"message": "queue mail: paused"}
+    assert {q.name: q.paused for q in dash.scheduler.queues()}["mail"] is True
+    assert dash.store.claim("w1", 1, dash.clock.now(), LEASE) == []  # obeyed at once
+    assert dash.act("/queues/mail/resume").status_code == 200
+    answer = dash.act("/queues/mail/limits", {"concurrency": "2", "rate": "10/m"})
+    assert answer.json() == {"message": "queue mail: concurrency 2, rate 10/m"}
+    limits = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (limits.concurrency, str(limits.rate), limits.paused) == (2, "10/m", False)
+    assert dash.act("/queues/mail/limits", {"concurrency": "", "rate": ""}).status_code == 200
+    lifted = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (lifted.concurrency, lifted.rate) == (None, None)
+    assert dash.act("/queues/mail/limits", {"concurrency": "zero"}).status_code == 400
+    assert dash.act("/queues/mail/limits", {"concurrency": "0"}).status_code == 400
+    assert "a rate is COUNT/WINDOW" in dash.act("/queues/mail/limits", {"rate": "fast"}).text
+    assert dash.act("/queues/nosuch/pause").status_code == 404
+    assert dash.act("/queues/mail/drain").status_code == 404
+
+
+def test_schedule_pause_resume_and_run_now(dash: Dash) -> None:
+    dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
+    assert dash.act("/schedules/nightly/pause").status_code == 200
+    assert dash.scheduler.schedules()[0].status == "paused"
+    assert dash.act("/schedules/nightly/resume").status_code == 200
+    assert dash.scheduler.schedules()[0].status == "active"
+    made = dash.act("/schedules/nightly/run").json()["message"]
+    (task,) = dash.store.list_tasks(name="report")
+    assert made == f"schedule nightly: made task {task.id}"
+    assert dash.act("/schedules/nosuch/run").status_code == 404
+    assert dash.act("/schedules/nightly/delete").status_code == 404
+
+
+def test_actions_take_a_post_only(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("job", {})
+    assert dash.client.get(f"/tasks/{task_id}/cancel").status_code == 405
+    assert state(dash, task_id) is TaskState.PENDING

@@ -1,0 +1,106 @@
+"""``durablesched dashboard``: safe by default, one line for what it refuses, the extra
+imported by this command only, and a real server that answers and stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from durablesched import SQLiteStore
+from durablesched.cli.dashboard import MISSING_EXTRA, loopback
+from durablesched.cli.main import main
+
+from ..conftest import WAIT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_only_this_host_is_served_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "d.db")
+    for host in ("0.0.0.0", "192.0.2.1", "::", "example.com"):  # noqa: S104 - refused
+        assert main(["dashboard", "--db", db, "--host", host]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "give --token" in err
+    assert main(["dashboard", "--db", db, "--token", " "]) == 2
+    assert "--token must not be empty" in capsys.readouterr().err
+    assert not (tmp_path / "d.db").exists()  # refused before opening anything
+    assert all(map(loopback, ("127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost")))
+
+
+def test_a_missing_extra_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises ImportError
+    assert main(["dashboard", "--db", str(tmp_path / "d.db")]) == 2
+    assert capsys.readouterr().err == f"durablesched: error: {MISSING_EXTRA}\n"
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", "--db", str(tmp_path / "d.db"), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+PROBE = """
+import json, sys
+import durablesched
+from durablesched.cli.main import main
+for argv in (["--help"], ["ls", "--help"], ["metrics", "--help"], ["dashboard", "--help"]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+print(json.dumps(sorted({m.partition(".")[0] for m in sys.modules})))
+"""
+
+
+def test_nothing_of_the_dashboard_is_imported_but_by_its_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert not loaded & {"starlette", "jinja2", "uvicorn", "python_multipart"}
+    assert "durablesched.dashboard" not in result.stdout
+
+
+def test_the_command_serves_the_dashboard_until_stopped(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    SQLiteStore(db).close()  # --read-only opens an existing database only
+    port = free_port()
+    env = {**os.environ, "DURABLESCHED_DB": str(db), "DURABLESCHED_DASHBOARD_PORT": str(port)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "durablesched", "dashboard", "--read-only"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # printed once it listens: no wait needed after it
+        assert line == f"serving the dashboard at http://127.0.0.1:{port}/ (Ctrl-C stops it)\n"
+        url = f"http://127.0.0.1:{port}/"
+        with urllib.request.urlopen(url, timeout=WAIT) as answer:
+            body = answer.read().decode()
+        assert "Overview" in body and "read-only" in body
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _out, err = server.communicate(timeout=WAIT)  # closes the pipes too
+    assert server.returncode == 0, err

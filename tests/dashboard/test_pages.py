@@ -1,0 +1,172 @@
+"""Every page over SQLite and PostgreSQL: what it shows, its live fragment, its filters,
+404 for unknown ids, 400 for bad filters, and escaping of whatever tasks hold."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from durablesched import TaskState, WorkerInfo
+from durablesched.dashboard.filters import PAGE_SIZE
+from durablesched.records import NewTask
+
+from ..conftest import T0
+from .conftest import LEASE, Dash, failed_task
+
+PAGES = ["/", "/tasks", "/queues", "/schedules", "/workers"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_and_its_live_part_answer(dash: Dash, path: str) -> None:
+    dash.scheduler.submit("job", {})
+    page = dash.client.get(path)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert 'data-poll="' in page.text and "<html" in page.text
+    fragment = dash.client.get(f"{path}?fragment=1", headers={"X-Requested-With": "fetch"})
+    assert fragment.status_code == 200
+    assert "<html" not in fragment.text  # the live part alone
+
+
+def test_the_overview_counts_live_tasks_per_queue_and_the_last_hour(dash: Dash) -> None:
+    dash.scheduler.submit("job", {}, queue="mail")
+    dash.scheduler.submit("job", {}, queue="mail")
+    dash.scheduler.set_queue("mail", concurrency=3)
+    (claim,) = dash.store.claim("w1", 1, dash.clock.now(), LEASE)
+    dash.clock.advance(2)
+    assert dash.store.complete(claim, None, dash.clock.now())
+    failed_task(dash)
+    dash.store.register_worker(
+        WorkerInfo("w1", "host", 1, None, 4, "0.1.0", T0, dash.clock.now(), LEASE), T0
+    )
+    page = dash.client.get("/").text
+    assert '<span class="figure" id="workers-alive">1</span>' in page
+    assert '<span class="figure ok" id="succeeded-hour">1</span>' in page
+    assert '<span class="figure bad" id="failed-hour">2</span>' in page
+    assert "<svg" in page and 'class="bad"' in page  # the chart drew failures
+    assert "concurrency 3" in page and "?queue=mail" in page
+
+
+def test_a_task_page_shows_its_attempts_errors_and_timeline(dash: Dash) -> None:
+    task_id = failed_task(dash)
+    page = dash.client.get(f"/tasks/{task_id}").text
+    assert page.count('<tr class="attempt">') == 2
+    assert "worker-1" in page and "worker-2" in page
+    assert "no &lt;b&gt;such&lt;/b&gt; thing" in page
+    assert "raise &lt;x&gt;" in page  # the traceback, escaped
+    assert "failed: will retry" in page and ">failed<" in page
+    assert '"n": 1' in page.replace("&#34;", '"')
+
+
+def test_the_timeline_shows_a_lease_and_its_reclaim(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("slow", {}, max_attempts=2)
+    dash.store.claim("doomed", 1, dash.clock.now(), LEASE)
+    page = dash.client.get(f"/tasks/{task_id}").text
+    assert "lease of doomed runs until here" in page
+    dash.clock.advance(LEASE + timedelta(seconds=1))
+    assert (
+        "lease expired: waiting for a worker to reclaim it"
+        in dash.client.get(f"/tasks/{task_id}").text
+    )
+    dash.store.reclaim_expired(dash.clock.now(), lambda name, attempt: timedelta(0))
+    page = dash.client.get(f"/tasks/{task_id}").text
+    assert "lease expired: reclaimed, to retry" in page
+    assert "lease of doomed expired at" in page
+
+
+def test_unknown_ids_are_404_and_bad_filters_400_without_a_traceback(dash: Dash) -> None:
+    for path in ("/tasks/999999", f"/tasks/{2**63}", "/tasks/abc", "/nowhere"):
+        answer = dash.client.get(path)
+        assert answer.status_code == 404, path
+        assert "Traceback" not in answer.text
+    for query, words in (
+        ("state=DONE", "state must be one of"),
+        ("created_from=yesterday", "created from must be a time"),
+        ("before=nonsense", "before must be a page cursor"),
+        ("queue=%3Cbad%3E", "queue must be"),
+        ("id=12abc", "a task id is a whole number"),
+    ):
+        answer = dash.client.get(f"/tasks?{query}")
+        assert answer.status_code == 400, query
+        assert words in answer.text
+        assert "Traceback" not in answer.text
+        assert answer.headers["x-frame-options"] == "DENY"
+
+
+def test_search_by_id_opens_the_task(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("job", {})
+    answer = dash.client.get(f"/tasks?id={task_id}", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"].endswith(f"/tasks/{task_id}")
+    assert dash.client.get("/tasks?id=424242").status_code == 404
+
+
+def test_the_list_filters_and_pages_newest_first(dash: Dash) -> None:
+    dash.store.submit([NewTask("bulk", {"i": i}, T0, 1) for i in range(PAGE_SIZE + 5)], T0)
+    dash.clock.advance(60)
+    later = dash.scheduler.submit("mail", {}, key="order-7", queue="mail")
+    failed = failed_task(dash, "mail")
+    first = dash.client.get("/tasks").text
+    assert first.index(f">{failed}</a>") < first.index(f">{later}</a>")  # newest first
+    assert 'rel="next"' in first
+    older = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
+    second = dash.client.get(older.replace("&amp;", "&")).text
+    assert second.count('name="ids"') == PAGE_SIZE + 7 - PAGE_SIZE
+    assert 'rel="next"' not in second and ">newest</a>" in second
+
+    def ids(query: str) -> set[str]:
+        page = dash.client.get(f"/tasks?{query}").text
+        return set(__import__("re").findall(r'name="ids" value="(\d+)"', page))
+
+    assert ids("name=mail") == {str(later), str(failed)}
+    assert ids("state=failed") == {str(failed)}
+    assert ids("queue=mail") == {str(later)}
+    assert ids("key=order-7") == {str(later)}
+    until = (T0 + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S")
+    assert len(ids(f"created_until={until}")) == PAGE_SIZE
+    assert ids(f"created_from={until}&name=mail") == {str(later), str(failed)}
+
+
+def test_whatever_a_task_holds_is_shown_as_text(dash: Dash) -> None:
+    evil = "<script>alert(1)</script>"
+    task_id = dash.scheduler.submit(evil, {"html": "<img src=x onerror=alert(2)>"}, key=evil)
+    for path in ("/", "/tasks", f"/tasks/{task_id}", f"/tasks?name={evil}"):
+        page = dash.client.get(path).text
+        assert "<script>alert" not in page and "<img src=x" not in page, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dash.client.get(f"/tasks/{task_id}").text
+    # Not even in an error page: the filter that failed is quoted escaped.
+    page = dash.client.get("/tasks?state=<script>x</script>").text
+    assert "<script>x" not in page
+
+
+def test_queues_schedules_and_workers_pages(dash: Dash) -> None:
+    dash.scheduler.submit("job", {}, queue="mail")
+    dash.scheduler.set_queue("mail", rate="10/m")
+    dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
+    dash.store.register_worker(
+        WorkerInfo("w9", "box", 42, {"mail": 2}, 2, "0.1.0", T0, T0, LEASE), T0
+    )
+    queues = dash.client.get("/queues").text
+    assert "mail" in queues and 'value="10/m"' in queues
+    schedules = dash.client.get("/schedules").text
+    assert "nightly" in schedules and "0 3 * * *" in schedules and "Run now" in schedules
+    workers = dash.client.get("/workers").text
+    assert "w9" in workers and "mail=2" in workers and ">alive<" in workers
+    dash.clock.advance(LEASE * 2)
+    assert ">gone<" in dash.client.get("/workers").text
+
+
+def test_metrics_serve_the_prometheus_text(dash: Dash) -> None:
+    dash.scheduler.submit("job", {})
+    answer = dash.client.get("/metrics")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert 'durablesched_tasks{queue="default",state="PENDING"} 1.0' in answer.text
+
+
+def test_states_are_all_offered_in_the_filter(dash: Dash) -> None:
+    page = dash.client.get("/tasks?state=retry_wait").text
+    for state in TaskState:
+        assert f'<option value="{state.value}"' in page
+    assert '<option value="RETRY_WAIT" selected>' in page
