@@ -1,4 +1,11 @@
-"""durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL)."""
+"""durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL).
+
+The SQL stores (and :func:`open_store`) load SQLAlchemy: they are imported when first
+named, so ``import durablesched`` and the CLI's ``--help`` stay cheap.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .attempts import AttemptInfo as AttemptInfo
 from .attempts import AttemptOutcome as AttemptOutcome
@@ -33,6 +40,7 @@ from .records import Claim as Claim
 from .records import ErrorInfo as ErrorInfo
 from .records import Finding as Finding
 from .records import HealthReport as HealthReport
+from .records import Outcome as Outcome
 from .records import QueueStats as QueueStats
 from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
@@ -48,13 +56,32 @@ from .schedules.timing import Misfire as Misfire
 from .schedules.timing import Overlap as Overlap
 from .states import TaskState as TaskState
 from .store.memory import MemoryStore as MemoryStore
-from .store.opening import open_store as open_store
 from .store.protocol import DurableStore as DurableStore
 from .store.protocol import Operator as Operator
 from .store.protocol import Store as Store
-from .store.sql.postgres import PostgresStore as PostgresStore
-from .store.sql.sqlite import SQLiteStore as SQLiteStore
 from .worker.loop import Worker as Worker
+
+if TYPE_CHECKING:
+    from .store.opening import open_store as open_store
+    from .store.sql.postgres import PostgresStore as PostgresStore
+    from .store.sql.sqlite import SQLiteStore as SQLiteStore
+
+#: The names imported when first used, and their modules.
+_LAZY = {
+    "open_store": "durablesched.store.opening",
+    "PostgresStore": "durablesched.store.sql.postgres",
+    "SQLiteStore": "durablesched.store.sql.sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'durablesched' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups find it without this function
+    return value
+
 
 __all__ = [
     "AttemptInfo",
@@ -79,6 +106,7 @@ __all__ = [
     "MemoryStore",
     "Misfire",
     "Operator",
+    "Outcome",
     "Overlap",
     "PostgresStore",
     "ProcessCrashed",

@@ -18,6 +18,7 @@ from durablesched.records import Claim, Environment, NewTask
 from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
+from durablesched.tracing import tracing_hook
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -228,19 +229,21 @@ class TaskContext:
         positional: Sequence[Any] | None = None,
     ) -> None:
         """Submit a child task that appears only if this attempt succeeds."""
-        self.children.append(
-            build_task(
-                name,
-                args,
-                now=self.now(),
-                at=at,
-                delay=delay,
-                max_attempts=max_attempts,
-                key=key,
-                registry=self.scheduler.registry,
-                positional=positional,
-            )
+        child = build_task(
+            name,
+            args,
+            now=self.now(),
+            at=at,
+            delay=delay,
+            max_attempts=max_attempts,
+            key=key,
+            registry=self.scheduler.registry,
+            positional=positional,
         )
+        tracer = tracing_hook.tracer
+        if tracer is not None:
+            child = tracer.carry(child)  # the child's attempts link to this one
+        self.children.append(child)
 
     def on_success(self, effect: Effect) -> None:
         """Run ``effect(connection)`` inside the transaction that records success.

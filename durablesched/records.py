@@ -19,6 +19,33 @@ JSONArgs = dict[str, Any]
 #: The member of a task's stored arguments that holds its positional arguments:
 #: no keyword argument can be called so (a keyword is an identifier).
 POSITIONAL = "*args"
+#: The member of a task's stored arguments that holds the trace context it was submitted
+#: in (W3C ``traceparent``, ``tracestate``), when tracing is on (docs/tracing.md). Like
+#: :data:`POSITIONAL`, no keyword argument can be called so; the stores take it out of
+#: the arguments as they read them (:func:`split_trace`), so no task function, record
+#: or listing ever shows it.
+TRACE = "*trace"
+#: A trace context as a propagator writes it: header names and their values.
+TraceCarrier = Mapping[str, str]
+
+
+def split_trace(stored: JSONArgs) -> tuple[JSONArgs, TraceCarrier | None]:
+    """Stored arguments without their trace context, and that context (None: none, or
+    not a mapping of strings). ``stored`` itself is left as it was."""
+    if TRACE not in stored:
+        return stored, None
+    args = dict(stored)
+    carrier = args.pop(TRACE)
+    if not isinstance(carrier, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        return args, None
+    return args, carrier
+
+
+def join_trace(args: JSONArgs, trace: TraceCarrier | None) -> JSONArgs:
+    """The arguments as stored: ``args`` with the trace context (if any) under :data:`TRACE`."""
+    return args if trace is None else {TRACE: dict(trace), **args}
 
 
 def call_args(stored: JSONArgs) -> tuple[list[Any], dict[str, Any]]:
@@ -166,6 +193,8 @@ class TaskRecord:
     environment: str | None = None
     queue: str = DEFAULT_QUEUE
     priority: int = 0
+    #: The trace context it was submitted in (docs/tracing.md), kept apart from ``args``.
+    trace: TraceCarrier | None = None
 
     @property
     def effective_key(self) -> str:
@@ -194,6 +223,16 @@ class Claim:
     idempotency_key: str
     #: The queue it was claimed from: the worker's slots for that queue hold it.
     queue: str = DEFAULT_QUEUE
+    #: The trace context it was submitted in (docs/tracing.md), kept apart from ``args``:
+    #: the attempt's span links to it.
+    trace: TraceCarrier | None = None
+    #: The task's priority, as stored.
+    priority: int = 0
+    #: When the task was submitted (its record's ``created_at``); every store sets it.
+    created_at: datetime | None = None
+    #: When this claim was made: the time of its RUNNING history line, the attempt's
+    #: start (``AttemptInfo.started_at``); every store sets it.
+    claimed_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:

@@ -24,6 +24,7 @@ from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
 from durablesched.submission import MAX_INT64, build_many, build_task
+from durablesched.tracing import tracing_hook
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -110,20 +111,30 @@ class Scheduler:
         ``created_at`` (with ``key``, that of the task holding it when ``created``
         is False), so that a caller need not read the task back to know it.
         """
-        task = build_task(
-            name,
-            args,
-            now=self.clock.now(),
-            at=at,
-            delay=delay,
-            max_attempts=max_attempts,
-            key=key,
-            registry=self.registry,
-            queue=queue,
-            priority=priority,
-            positional=positional,
-        )
-        return self._store_all([task], connection)[0]
+
+        def build() -> list[NewTask]:
+            return [
+                build_task(
+                    name,
+                    args,
+                    now=self.clock.now(),
+                    at=at,
+                    delay=delay,
+                    max_attempts=max_attempts,
+                    key=key,
+                    registry=self.registry,
+                    queue=queue,
+                    priority=priority,
+                    positional=positional,
+                )
+            ]
+
+        tracer = tracing_hook.tracer
+        if tracer is None:
+            return self._store_all(build(), connection)[0]
+        return tracer.submit(
+            name, build, lambda tasks: self._store_all(tasks, connection), batch=False
+        )[0]
 
     def submit_many(
         self,
@@ -137,18 +148,24 @@ class Scheduler:
         priority: int | None = None,
     ) -> list[int]:
         """Store many tasks of one name in one transaction; ids in the same order."""
-        tasks = build_many(
-            name,
-            args_list,
-            now=self.clock.now(),
-            at=at,
-            delay=delay,
-            max_attempts=max_attempts,
-            registry=self.registry,
-            queue=queue,
-            priority=priority,
-        )
-        return self._store(tasks)
+
+        def build() -> list[NewTask]:
+            return build_many(
+                name,
+                args_list,
+                now=self.clock.now(),
+                at=at,
+                delay=delay,
+                max_attempts=max_attempts,
+                registry=self.registry,
+                queue=queue,
+                priority=priority,
+            )
+
+        tracer = tracing_hook.tracer
+        if tracer is None:
+            return self._store(build())
+        return [item.task_id for item in tracer.submit(name, build, self._store_all, batch=True)]
 
     # -- workers ------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import InvalidTaskError, UnknownTaskNameError
 from durablesched.queues import check_priority, check_queue
-from durablesched.records import DEFAULT_QUEUE, POSITIONAL, NewTask
+from durablesched.records import DEFAULT_QUEUE, POSITIONAL, TRACE, NewTask
 from durablesched.retry import DEFAULT_RETRY
 
 if TYPE_CHECKING:
@@ -251,6 +251,11 @@ def check_args(
         )
     else:
         for arg_name in args:
+            if arg_name in _RESERVED:
+                raise InvalidTaskError(
+                    f"{what}: argument name {arg_name!r} is reserved: durablesched stores "
+                    f"{_RESERVED[arg_name]} under it"
+                )
             if not isinstance(arg_name, str) or not arg_name.isidentifier():
                 raise InvalidTaskError(f"{what}: argument name {arg_name!r} is not a valid keyword")
         checked = dict(args)
@@ -278,6 +283,9 @@ def check_args(
         )
     return checked, args_json
 
+
+#: The members of stored arguments that are durablesched's own, and what each holds.
+_RESERVED = {POSITIONAL: "the positional arguments", TRACE: "the trace context"}
 
 _CONTAINERS = (dict, list, tuple)
 

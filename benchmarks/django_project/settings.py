@@ -38,5 +38,8 @@ LOGGING = {
         "durablesched": {"handlers": ["null"], "level": "WARNING", "propagate": False},
         "django_tasks_db": {"handlers": ["null"], "level": "WARNING", "propagate": False},
         "django_tasks": {"handlers": ["null"], "level": "WARNING", "propagate": False},
+        # Django's own line per task start and finish (its signal receivers), for both
+        # backends alike: plain durablesched's worker runs at --log-level warning too.
+        "django.tasks": {"handlers": ["null"], "level": "WARNING", "propagate": False},
     },
 }

@@ -304,7 +304,7 @@ def _print_task(task: TaskRecord, history: list[TaskEvent]) -> None:
     error = record.pop("last_error")
     for key, value in record.items():
         shown = when(value) if isinstance(value, datetime) else value
-        if key in ("args", "result"):
+        if key in ("args", "result") or (key == "trace" and value is not None):
             shown = json.dumps(value, ensure_ascii=False)
         print(f"{key:>20}: {'-' if shown is None else shown}")
     if error is not None:

@@ -48,6 +48,7 @@ from durablesched.records import (
     WorkerInfo,
     effective_key,
     reclaim_owner,
+    split_trace,
 )
 from durablesched.schedules.declaration import (
     Fired,
@@ -813,12 +814,15 @@ class MemoryStore:
             return Submitted(holder.id, False, holder.created_at)
         task_id = self._next_id
         self._next_id += 1
+        # As it would read back from a database: tuples become lists, and so on.
+        args, trace = split_trace(
+            json.loads(new.args_json) if new.args_json is not None else new.args
+        )
         task = TaskRecord(
             id=task_id,
             seq=task_id,
             name=new.name,
-            # As it would read back from a database: tuples become lists, and so on.
-            args=json.loads(new.args_json) if new.args_json is not None else new.args,
+            args=args,
             state=TaskState.PENDING,
             due_at=new.due_at,
             attempts=0,
@@ -835,6 +839,7 @@ class MemoryStore:
             finished_at=None,
             queue=new.queue,
             priority=new.priority,
+            trace=trace,
         )
         if new.queue not in self._queues:
             self._queues[new.queue] = QueueLimits(new.queue)
@@ -930,6 +935,10 @@ class MemoryStore:
             seq=task.seq,
             idempotency_key=effective_key(task.id, task.idempotency_key),
             queue=task.queue,
+            trace=task.trace,
+            priority=task.priority,
+            created_at=task.created_at,
+            claimed_at=now,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:

@@ -171,6 +171,11 @@ class Store(ScheduleStore, Protocol):
 
     Implementations must be thread-safe. Every method here is called by the
     library; what operators and tools need besides is :class:`Operator`.
+
+    A task's arguments are stored as given, a trace context among them (the
+    member :data:`~durablesched.records.TRACE`, docs/tracing.md); every read
+    (a ``TaskRecord``, a ``Claim``) gives it apart, through
+    :func:`~durablesched.records.split_trace`, as ``trace``.
     """
 
     def submit(
@@ -234,7 +239,9 @@ class Store(ScheduleStore, Protocol):
         more attempt and a new fence. With ``names``, only tasks of those names
         qualify (a worker never claims what it cannot run). Tasks named in
         ``process_names`` are marked as running in a child process (their
-        cancellation is enforced); the others as running in a thread.
+        cancellation is enforced); the others as running in a thread. Each claim
+        carries its task's queue, priority and ``created_at``, and ``claimed_at =
+        now``, the time of the RUNNING line its claim writes in the history.
         """
         ...
 

@@ -15,12 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from durablesched.errors import DurableSchedError, StoreError
 from durablesched.records import Claim, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
+from durablesched.tracing import end_attempt, outcome_of
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots, free_slots
@@ -54,7 +56,7 @@ class GroupCommit:
         stopping: threading.Event,
         wakeup: threading.Event,
         trouble: StoreTrouble,
-        after_commit: Callable[[Claim, TaskState | None], object] | None = None,
+        after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._after_commit = after_commit
@@ -137,10 +139,11 @@ class GroupCommit:
             with self._lock:
                 staying = [r for r in self._active.values() if id(r) not in finishing]
             limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
+        now = self._scheduler.clock.now()
         try:
             results, claims = self._scheduler.store.record_and_claim(
                 [outcome for _, outcome in batch],
-                self._scheduler.clock.now(),
+                now,
                 owner=self._options.owner,
                 limit=limit,
                 lease=self._options.lease,
@@ -170,9 +173,11 @@ class GroupCommit:
                 again.append((running, self._attempts.failure(running.claim, result)))
                 continue
             _log_outcome(running, outcome, result)
+            if running.trace is not None:
+                end_attempt(running.trace, outcome_of(result), outcome.error)
             finished.append(running)
             if self._after_commit is not None:
-                self._tell(running.claim, result)
+                self._tell(outcome, result, now)
         if again:
             with self._lock:
                 self._pending.extend(again)
@@ -181,12 +186,13 @@ class GroupCommit:
         self._watch.nudge_if_free()  # only now: the slots may be full again
         return True
 
-    def _tell(self, claim: Claim, state: TaskState | None) -> None:
+    def _tell(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:
         """The ``after_commit`` hook, whose failure is logged: the outcome stands."""
         assert self._after_commit is not None
         try:
-            self._after_commit(claim, state)
+            self._after_commit(outcome, state, at)
         except Exception:
+            claim = outcome.claim
             log.exception("after_commit hook failed for task %s (%s)", claim.task_id, claim.name)
 
     def forget(self, done: list[Running], *, nudge: bool = True) -> None:

@@ -158,6 +158,8 @@ def _ended(report: dict[str, Any]) -> ChildEnded:
             due_at=datetime.fromisoformat(c["due_at"]),
             max_attempts=int(c["max_attempts"]),
             idempotency_key=c["key"],
+            queue=c["queue"],
+            priority=int(c["priority"]),
         )
         for c in report.get("children", [])
     )
@@ -255,6 +257,8 @@ def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> 
                 "due_at": c.due_at.isoformat(),
                 "max_attempts": c.max_attempts,
                 "key": c.idempotency_key,
+                "queue": c.queue,
+                "priority": c.priority,
             }
             for c in ctx.children
         ],

@@ -21,10 +21,18 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.records import Claim, Environment
+from durablesched.records import Claim, Environment, ErrorInfo, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
+from durablesched.tracing import (
+    CANCELLED,
+    LEASE_LOST,
+    RELEASED,
+    end_attempt,
+    start_attempt,
+    tracing_hook,
+)
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
 from durablesched.worker.leases import Leases
@@ -57,11 +65,13 @@ class Worker:
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
 
-    ``after_commit(claim, state)``, if given, is called once an attempt's outcome
-    is committed, on the thread that committed it, with the state the task was
-    left in (None: the outcome was discarded, its lease lost); what it raises is
-    logged, never the worker's concern. Integrations (Django's ``task_finished``)
-    hang their "it is done" here: nothing is said before the commit.
+    ``after_commit(outcome, state, at)``, if given, is called once an attempt's
+    outcome (its claim, and its result or error) is committed, on the thread that
+    committed it, with the state the task was left in (None: the outcome was
+    discarded, its lease lost) and the time the commit recorded (a finished
+    task's ``finished_at``); what it raises is logged, never the worker's concern.
+    Integrations (Django's ``task_finished``) hang their "it is done" here:
+    nothing is said before the commit.
 
     ``unknown_tasks`` says what happens to a task whose name the registry lacks.
     ``"skip"`` (the default): it is never claimed here, and waits for a worker
@@ -88,7 +98,7 @@ class Worker:
         environment: str | Environment = Environment.THREAD,
         cancel_grace: float = 5.0,
         queues: Mapping[str, int] | None = None,
-        after_commit: Callable[[Claim, TaskState | None], object] | None = None,
+        after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
         unknown_tasks: str = "skip",
     ) -> None:
         if scheduler.registry is None:
@@ -296,6 +306,8 @@ class Worker:
             released = self.scheduler.store.release(unfinished, self.scheduler.clock.now())
             for running in list(self._slots.active.values()):
                 running.signals.mark_lease_lost()
+                if running.trace is not None:
+                    end_attempt(running.trace, RELEASED)
         if self._pool is not None:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
@@ -385,14 +397,25 @@ class Worker:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
+        tracer = tracing_hook.tracer
+        trace = running.trace = None if tracer is None else start_attempt(tracer, claim, self.owner)
         try:
-            outcome = self._attempts.run(running)
-        except BaseException:
+            if trace is None:
+                outcome = self._attempts.run(running)
+            else:
+                with trace.running():
+                    outcome = self._attempts.run(running)
+        except BaseException as exc:
             # Not the task's own failure (that is an Outcome): let the lease lapse.
             log.exception("task %s could not be run", claim.task_id)
+            if trace is not None:
+                end_attempt(trace, LEASE_LOST, ErrorInfo.from_exception(exc))
             self._commit.forget([running])
             raise
         if outcome is None:  # already recorded: its process was terminated
+            if trace is not None:
+                lost = running.context.lease_lost
+                end_attempt(trace, LEASE_LOST if lost else CANCELLED)
             self._commit.forget([running])
             return
         self._commit.hand_over(running, outcome)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.records import Claim
 from durablesched.registry import TaskDefinition
+from durablesched.tracing import AttemptTrace
 
 
 @dataclass(slots=True)
@@ -35,6 +36,8 @@ class Running:
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
     ended: bool = False
+    #: Its trace, when a tracer is installed (docs/tracing.md): ended with its outcome.
+    trace: AttemptTrace | None = None
 
 
 class Slots:

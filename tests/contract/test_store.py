@@ -62,6 +62,29 @@ def test_claim_sets_running_with_lease_and_new_fence(store: BackendStore) -> Non
     assert claim.args == {"n": "t"}
 
 
+def test_a_claim_carries_its_tasks_priority_submission_time_and_its_own_time(
+    store: BackendStore,
+) -> None:
+    (s,) = store.submit([NewTask("t", {}, at(10), 3, None, queue="q", priority=7)], at(3))
+    (claim,) = store.claim("w1", 5, at(12), LEASE)
+    assert (claim.queue, claim.priority, claim.created_at, claim.claimed_at) == (
+        "q",
+        7,
+        at(3),
+        at(12),
+    )
+    task = store.get(s.task_id)
+    assert task is not None
+    assert claim.created_at == task.created_at
+    # The claim's time is its history line's: the attempt's start.
+    (line,) = [e for e in store.history(s.task_id) if e.state is TaskState.RUNNING]
+    assert line.at == claim.claimed_at
+    # A second claim (after a failure) carries its own time.
+    assert store.fail(claim, ERR, at(13), at(12.5))
+    (again,) = store.claim("w2", 5, at(13.25), LEASE)
+    assert (again.fence, again.created_at, again.claimed_at) == (2, at(3), at(13.25))
+
+
 def test_claim_respects_limit_and_names(store: BackendStore) -> None:
     store.submit([new("a", 10), new("b", 10), new("a", 10), new("a", 10)], T0)
     claims = store.claim("w", 2, at(10), LEASE, names={"a"})

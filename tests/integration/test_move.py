@@ -14,11 +14,13 @@ from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
 from durablesched.store.sql.store import SQLStore
 from durablesched.submission import build_many
+from durablesched.tracing import with_trace
 
 from ..conftest import T0, at
 
 LEASE = timedelta(seconds=30)
 PAIRS = ["sqlite->postgres", "postgres->sqlite", "sqlite->sqlite"]
+TRACED = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 
 
 def _open(kind: str, path: Path, request: pytest.FixtureRequest) -> SQLStore:
@@ -41,7 +43,7 @@ def _fill(source: SQLStore) -> dict[str, int]:
     """A pending, a delayed, a keyed, a retry-waiting, a running and a finished task."""
     made = source.submit(
         [
-            NewTask("plain", {"n": 1}, at(10), 3),
+            with_trace(NewTask("plain", {"n": 1}, at(10), 3), TRACED),
             NewTask("later", {"n": 2}, at(500), 3),
             NewTask("keyed", {"n": 3}, at(10), 3, "key-1"),
             NewTask("flaky", {"n": 4}, at(10), 3),
@@ -70,11 +72,12 @@ def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLS
     for source_id, new_id in report.mapping.items():
         before, after = source.get(source_id), destination.get(new_id)
         assert before is not None and after is not None
-        assert (after.name, after.args, after.due_at, after.idempotency_key) == (
+        assert (after.name, after.args, after.due_at, after.idempotency_key, after.trace) == (
             before.name,
             before.args,
             before.due_at,
             before.idempotency_key,
+            before.trace,  # the submit's trace context (docs/tracing.md) moves with it
         )
         assert after.attempts == before.attempts and after.max_attempts == before.max_attempts
         assert before.state is TaskState.CANCELLED  # it can never run in the source again
@@ -94,6 +97,8 @@ def test_live_tasks_move_once_and_keep_what_they_were(pair: tuple[SQLStore, SQLS
             after.state,
             f"copied from database {report.source} task {source_id}",
         )
+    plain = destination.get(report.mapping[ids["plain"]])
+    assert plain is not None and (plain.args, plain.trace) == ({"n": 1}, TRACED)
     flaky = destination.get(report.mapping[ids["flaky"]])
     assert flaky is not None and flaky.state is TaskState.RETRY_WAIT and flaky.attempts == 1
     assert flaky.last_error is not None and flaky.last_error.message == "try again"

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 
 from durablesched import PostgresStore, SchemaError, SQLiteStore, TaskState
 from durablesched.schedules.declaration import schedule
-from durablesched.store.sql.migrate import alembic_config, head_revision
+from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.postgres import create_postgres_engine
 from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.sqlite import create_sqlite_engine
@@ -60,7 +60,7 @@ def test_upgrade_from_0005_keeps_the_tasks_and_adds_schedules(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0009"
+            assert store.schema_revision == head_revision() == HEAD_REVISION
             old = store.get(1)
             assert old is not None and (old.name, old.state, old.idempotency_key) == (
                 "old",

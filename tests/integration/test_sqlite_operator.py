@@ -18,7 +18,7 @@ from durablesched import (
     TaskState,
 )
 from durablesched.records import NewTask
-from durablesched.store.sql.migrate import alembic_config, head_revision
+from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.sqlite import create_sqlite_engine
 
 from ..conftest import T0, at
@@ -41,7 +41,7 @@ def test_an_older_schema_is_upgraded_only_when_asked(tmp_path: Path) -> None:
         SQLiteStore(path)
     store = SQLiteStore(path, migrate=True)
     store.close()
-    assert store.schema_revision == head_revision() == "0009"
+    assert store.schema_revision == head_revision() == HEAD_REVISION
 
 
 @pytest.fixture

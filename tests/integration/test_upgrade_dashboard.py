@@ -14,7 +14,7 @@ from sqlalchemy import Engine, inspect, text
 
 from durablesched import PostgresStore, SchemaError, SQLiteStore, TaskState
 from durablesched.records import NewTask, TaskQuery
-from durablesched.store.sql.migrate import alembic_config, head_revision
+from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.postgres import create_postgres_engine
 from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.sqlite import create_sqlite_engine
@@ -71,7 +71,7 @@ def test_upgrade_from_0008_keeps_every_task_and_adds_the_indexes(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0009"
+            assert store.schema_revision == head_revision() == HEAD_REVISION
             assert [t.id for t in store.find_tasks(TaskQuery(), 10)] == [3, 2, 1]
             assert [t.id for t in store.find_tasks(TaskQuery(key="k1"), 10)] == [2]
             page = store.find_tasks(TaskQuery(state=TaskState.PENDING, name="old"), 2)

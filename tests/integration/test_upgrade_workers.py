@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, text
 
 from durablesched import PostgresStore, SchemaError, SQLiteStore, TaskState, WorkerInfo
-from durablesched.store.sql.migrate import alembic_config, head_revision
+from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.postgres import create_postgres_engine
 from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.sqlite import create_sqlite_engine
@@ -85,7 +85,7 @@ def test_upgrade_from_0007_keeps_everything_and_adds_workers(
             _open(url)
         store = _open(url, migrate=True)
         try:
-            assert store.schema_revision == head_revision() == "0009"
+            assert store.schema_revision == head_revision() == HEAD_REVISION
             assert [(t.id, t.state) for t in store.list_tasks()] == [
                 (1, TaskState.PENDING),
                 (2, TaskState.RUNNING),

@@ -80,9 +80,14 @@ def die() -> None:
     os._exit(1)
 
 
+@registry.task("side.child", queue="side", priority=7)
+def side_child() -> None:
+    return None
+
+
 @registry.task("double", environment="process", pass_context=True)
 def double(ctx: TaskContext, n: int) -> int:
-    ctx.submit("spin.thread", {"seconds": 0})
+    ctx.submit("side.child")  # its queue and priority come back from the process too
     return n * 2
 
 
@@ -198,8 +203,8 @@ def test_a_child_that_exits_fails_its_attempt_and_the_worker_goes_on(
     reaches(scheduler, survivor, TaskState.SUCCEEDED)
     assert scheduler.get(survivor).result == 42
     # Its child task came back from the process and was stored with the success.
-    children = scheduler.list_tasks(name="spin.thread")
-    assert len(children) == 1
+    children = scheduler.list_tasks(name="side.child")
+    assert [(c.queue, c.priority) for c in children] == [("side", 7)]
 
 
 def test_database_effects_are_refused_in_a_process_with_a_clear_error(

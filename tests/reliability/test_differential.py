@@ -582,6 +582,11 @@ class StoresAgree(RuleBasedStateMachine):
             assert c.task_id not in self.cancelled_before_start, "a cancelled task started"
             assert names is None or c.name in names
             assert c.queue == tasks[c.task_id].queue
+            assert (c.priority, c.created_at) == (
+                tasks[c.task_id].priority,
+                tasks[c.task_id].created_at,
+            )
+            assert c.claimed_at == now, "a claim's time is not the claim's now"
             assert not limits[c.queue].paused, "a paused queue started a task"
             taken[c.queue] = taken.get(c.queue, 0) + 1
         for queue, n in taken.items():

@@ -1,10 +1,6 @@
-"""``--help`` and ``--version`` must stay cheap: the CLI's own modules load no SQLAlchemy
-or Alembic for them.
-
-The package root ``durablesched/__init__.py`` still imports the stores, so the
-probe loads the CLI under a bare ``durablesched`` package; what it shows is
-that only the root is left to make lazy.
-"""
+"""Start-up must stay cheap (issue 22): ``import durablesched``, ``--help`` and ``--version``
+load no SQLAlchemy or Alembic; opening an up-to-date SQLite database and claiming loads
+no Alembic and nothing of PostgreSQL's module."""
 
 from __future__ import annotations
 
@@ -16,12 +12,9 @@ from pathlib import Path
 import durablesched
 
 PROBE = """
-import contextlib, io, json, sys, types
+import contextlib, io, json, sys
 
-package = types.ModuleType("durablesched")
-package.__path__ = [sys.argv[1]]
-sys.modules["durablesched"] = package
-
+import durablesched
 from durablesched.cli.main import main
 from durablesched.cli.parser import build_parser
 
@@ -33,9 +26,8 @@ print(json.dumps(sorted({name.partition(".")[0] for name in sys.modules})))
 
 
 def test_help_of_every_command_and_version_import_neither_sqlalchemy_nor_alembic() -> None:
-    package = Path(durablesched.__file__).parent
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(package)],
+        [sys.executable, "-c", PROBE],
         capture_output=True,
         text=True,
         timeout=60,
@@ -45,3 +37,40 @@ def test_help_of_every_command_and_version_import_neither_sqlalchemy_nor_alembic
     loaded = set(json.loads(result.stdout.splitlines()[-1]))
     assert "durablesched" in loaded
     assert not loaded & {"sqlalchemy", "alembic"}
+
+
+OPEN_AND_CLAIM = """
+import json, sys
+from datetime import UTC, datetime, timedelta
+from durablesched import open_store
+
+store = open_store(sys.argv[1])
+store.claim("w", 1, datetime.now(UTC), timedelta(seconds=5))
+store.close()
+print(json.dumps(sorted(name for name in sys.modules
+                        if name.startswith(("alembic", "durablesched.store.sql.postgres")))))
+"""
+
+
+def test_a_worker_on_an_up_to_date_sqlite_file_loads_no_alembic_and_no_postgres_module(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "jobs.db"
+    durablesched.SQLiteStore(db).close()  # created at head (that migration loads Alembic)
+    result = subprocess.run(
+        [sys.executable, "-c", OPEN_AND_CLAIM, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+def test_head_revision_is_the_newest_migration_script() -> None:
+    from durablesched.store.sql.migrate import HEAD_REVISION, head_revision  # noqa: PLC0415
+
+    assert head_revision() == HEAD_REVISION, (
+        "a migration was added: set HEAD_REVISION in durablesched/store/sql/migrate.py"
+    )

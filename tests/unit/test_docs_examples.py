@@ -22,6 +22,7 @@ DOCS_WITH_EXAMPLES = {
     "metrics.md": 1,
     "queues.md": 1,
     "schedules.md": 5,
+    "tracing.md": 1,
 }
 
 

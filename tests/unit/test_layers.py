@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "submission",
             "schedules",
             "attempts",
+            "tracing",
         ),
     ),
     ("storage boundary", ("store.protocol", "store.durability")),
@@ -39,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("worker", ("worker",)),
     ("testing helpers", ("testing",)),
     ("metrics", ("metrics",)),
+    ("tracing with OpenTelemetry", ("otel",)),
     ("dashboard", ("dashboard",)),
     ("command line", ("cli",)),
     ("integrations", ("contrib",)),
@@ -57,6 +59,9 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("__init__", "contrib", "an integration is imported by its users only, never by the core"),
     ("__init__", "metrics", "prometheus_client is an optional extra: imported on demand only"),
     ("__main__", "metrics", "prometheus_client is an optional extra: imported on demand only"),
+    ("__init__", "otel", "OpenTelemetry is an optional extra: its users import durablesched.otel"),
+    ("__main__", "otel", "OpenTelemetry is an optional extra: its users import durablesched.otel"),
+    ("cli", "otel", "OpenTelemetry is an optional extra: its users import durablesched.otel"),
     ("__main__", "contrib", "an integration is imported by its users only, never by the core"),
     ("__init__", "dashboard", "the dashboard is an optional extra: imported on demand only"),
     ("__main__", "dashboard", "the dashboard is an optional extra: imported on demand only"),
@@ -265,6 +270,11 @@ def test_the_rules_see_a_violation() -> None:
         "durablesched.cli.main",
     }
     assert _layer("cli.main") > _layer("errors")
+
+
+def test_opentelemetry_is_imported_by_the_otel_module_only() -> None:
+    users = {m for m in _modules() if "opentelemetry" in _third_party(m)}
+    assert users <= {"otel"}, users
 
 
 def test_frameworks_are_imported_by_their_integration_only() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from durablesched import (
-    Claim,
     ManualClock,
     MemoryStore,
+    Outcome,
     RetryPolicy,
     Scheduler,
     TaskRegistry,
@@ -32,9 +32,15 @@ def test_the_hook_hears_each_outcome_after_its_commit() -> None:
     def bad() -> None:
         raise ValueError("boom")
 
-    def after_commit(claim: Claim, state: TaskState | None) -> None:
-        # What the store holds by now is the committed outcome.
-        seen.append((claim.task_id, state, store.get(claim.task_id).state))  # type: ignore[union-attr]
+    def after_commit(outcome: Outcome, state: TaskState | None, at: datetime) -> None:
+        # What the store holds by now is the committed outcome, recorded at ``at``.
+        record = store.get(outcome.claim.task_id)
+        assert record is not None
+        assert record.finished_at == at
+        assert (outcome.result, outcome.error is not None) == (
+            (1, False) if state is TaskState.SUCCEEDED else (None, True)
+        )
+        seen.append((outcome.claim.task_id, state, record.state))
 
     ok_id, bad_id = scheduler.submit("ok"), scheduler.submit("bad")
     worker = Worker(scheduler, after_commit=after_commit, lease=timedelta(minutes=5))
@@ -51,8 +57,8 @@ def test_a_hook_that_raises_changes_nothing() -> None:
     registry.register(lambda: 1, name="ok")
     calls: list[int] = []
 
-    def after_commit(claim: Claim, state: TaskState | None) -> None:
-        calls.append(claim.task_id)
+    def after_commit(outcome: Outcome, state: TaskState | None, at: datetime) -> None:
+        calls.append(outcome.claim.task_id)
         raise RuntimeError("a listener's bug")
 
     ids = [scheduler.submit("ok") for _ in range(3)]

@@ -84,3 +84,16 @@ def mark_paid(context: TaskContext, order: int, fail: bool = False) -> int:
     if fail:
         raise ValueError("declined")
     return order
+
+
+@task(takes_context=True)
+def cancels_itself(context: TaskContext) -> None:
+    """Asks for its own cancellation and acknowledges it once its worker hears of it: a
+    task that ends CANCELLED."""
+    from durablesched.contrib.django import cancel  # noqa: PLC0415 - a test's own shortcut
+
+    result = context.task_result
+    cancel(result.id, backend=result.backend)
+    running = durable(context)
+    running.wait_for_cancel(timeout=30)
+    running.raise_if_cancelled()

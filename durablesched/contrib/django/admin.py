@@ -9,6 +9,7 @@ is one, else the first that is).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
@@ -19,6 +20,7 @@ from django.utils.html import format_html, format_html_join
 
 from durablesched.contrib.django.backend import DurableSchedBackend
 from durablesched.contrib.django.models import Task, TaskEvent
+from durablesched.records import split_trace
 
 
 def queue_database() -> str:
@@ -67,7 +69,7 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # type: ignore[misc]
         ("attempts", "max_attempts"),
         ("created_at", "due_at", "finished_at"),
         ("lease_owner", "lease_expires_at", "cancel_requested_at"),
-        "args",
+        "arguments",
         "result",
         "errors",
         "idempotency_key",
@@ -75,11 +77,17 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # type: ignore[misc]
     readonly_fields = (
         "id", "name", "state", "queue", "priority", "attempts", "max_attempts", "created_at",
         "due_at", "finished_at", "lease_owner", "lease_expires_at", "cancel_requested_at",
-        "args", "result", "errors", "idempotency_key",
+        "arguments", "result", "errors", "idempotency_key",
     )  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return super().get_queryset(request).using(queue_database())
+
+    @admin.display(description="args")
+    def arguments(self, task: Task) -> str:
+        """The arguments as submitted: without the trace context stored beside them."""
+        args, _ = split_trace(task.args if isinstance(task.args, dict) else {})
+        return json.dumps(args, ensure_ascii=False)
 
     @admin.display(description="errors (one per failed attempt)")
     def errors(self, task: Task) -> str:

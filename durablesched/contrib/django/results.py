@@ -12,18 +12,24 @@ task's history, ``worker_ids`` the worker of each claim (so ``attempts`` and
 ``TaskContext.attempt`` count claims), and ``errors`` one entry per failed
 attempt, oldest first, each with its class path and traceback: the task's
 attempts (:func:`durablesched.attempts.attempts_from_history`).
+
+A worker builds the same result without reading (:mod:`.running`): for a task's
+first claim, from the claim alone (:func:`first_claim_result`: its history is
+its submission and that claim); once the attempt's final outcome commits, from
+the result its start was given and that outcome (:func:`finished_result`).
 """
 
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask
 
 from durablesched.attempts import AttemptOutcome, attempts_from_history
-from durablesched.records import ErrorInfo, TaskEvent, TaskRecord, call_args
+from durablesched.records import Claim, ErrorInfo, Outcome, TaskEvent, TaskRecord, call_args
 from durablesched.states import TaskState
 
 STATUS = {
@@ -51,13 +57,9 @@ def task_result(
         )
         for i, a in enumerate(failures)
     ]
-    # The task as it was enqueued: its priority and queue were the row's (if the
-    # settings changed since and refuse them, the task as defined will do).
-    with contextlib.suppress(InvalidTask):
-        task = task.using(priority=record.priority, queue_name=record.queue)
     positional, keywords = call_args(record.args)
     result = TaskResult(
-        task=task,
+        task=as_enqueued(task, record.priority, record.queue),
         id=str(record.id),
         status=status,
         enqueued_at=record.created_at,
@@ -73,6 +75,69 @@ def task_result(
     if status is TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", record.result)
     return result
+
+
+def first_claim_result(task: Task, claim: Claim, backend: str) -> TaskResult:
+    """The result :func:`task_result` would read for a task of ``task`` (as enqueued:
+    :func:`as_enqueued`) just claimed for the first time (``claim.fence == 1``: its
+    history is its submission and this claim, so no earlier worker or error)."""
+    if claim.fence != 1 or claim.created_at is None or claim.claimed_at is None:
+        raise ValueError(f"task {claim.task_id}: claim {claim.fence} is not a first claim")
+    positional, keywords = call_args(claim.args)
+    return TaskResult(
+        task=task,
+        id=str(claim.task_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=claim.created_at,
+        started_at=claim.claimed_at,
+        last_attempted_at=claim.claimed_at,
+        finished_at=None,
+        args=positional,
+        kwargs=dict(keywords),
+        backend=backend,
+        errors=[],
+        worker_ids=[claim.owner],
+    )
+
+
+def finished_result(
+    started: TaskResult, outcome: Outcome, state: TaskState, at: datetime
+) -> TaskResult:
+    """The result :func:`task_result` would read once the attempt that began as
+    ``started`` (the task RUNNING, this attempt its last) has committed ``outcome``,
+    leaving the task in the final ``state`` at ``at``: no later claim can exist."""
+    errors = list(started.errors)
+    error = _task_error(outcome.error)
+    if error is not None:
+        errors.append(error)
+    status = STATUS[state]
+    result = TaskResult(
+        task=started.task,
+        id=started.id,
+        status=status,
+        enqueued_at=started.enqueued_at,
+        started_at=started.started_at,
+        last_attempted_at=started.last_attempted_at,
+        finished_at=at,
+        args=started.args,
+        kwargs=started.kwargs,
+        backend=started.backend,
+        errors=errors,
+        worker_ids=list(started.worker_ids),
+    )
+    if status is TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", outcome.result)
+    return result
+
+
+def as_enqueued(task: Task, priority: int, queue: str) -> Task:
+    """``task`` as it was enqueued: with the row's priority and queue (if the settings
+    changed since and refuse them, the task as defined will do)."""
+    if task.priority == priority and task.queue_name == queue:
+        return task
+    with contextlib.suppress(InvalidTask):
+        return task.using(priority=priority, queue_name=queue)
+    return task
 
 
 def _task_error(error: ErrorInfo | None) -> TaskError | None:

@@ -5,12 +5,20 @@ a small runner: Django's connections are checked (``close_old_connections``)
 before and after the attempt, ``task_started`` is sent before the function is
 called, and ``task_finished`` once the task's final outcome has committed
 (the worker's ``after_commit`` hook), never before. A retry is not a finish.
+
+The ``TaskResult`` each signal carries (and a ``takes_context`` task gets) is
+built without reading the task where the worker already knows it: a first claim
+from the claim itself, and a finish from the result its start was given plus
+the outcome just committed. Only a later claim (a retry, or a task given back
+by a stopping worker) is read, to learn its earlier workers and errors. Each is
+the result ``get_result`` would read at that moment (:mod:`.results`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 
 from django.db import close_old_connections
@@ -21,8 +29,9 @@ from django.utils.json import normalize_json
 
 from durablesched.context import TaskContext as DurableContext
 from durablesched.contrib.django.backend import DurableSchedBackend
+from durablesched.contrib.django.results import as_enqueued, finished_result, first_claim_result
 from durablesched.errors import InvalidTaskError
-from durablesched.records import Claim
+from durablesched.records import Claim, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
@@ -61,6 +70,11 @@ class DjangoTasks:
 
     def __init__(self, backend: DurableSchedBackend) -> None:
         self.backend = backend
+        #: The result task_started was sent with, per running attempt (task id, fence),
+        #: until its outcome commits: what task_finished's result is built from.
+        self._started: dict[tuple[int, int], TaskResult] = {}
+        #: Each task as enqueued with a priority and queue (Task.using validates: slow).
+        self._enqueued: dict[tuple[str, int, str], Task] = {}
         self.registry = TaskRegistry(default_retry=backend.retry)
         found = backend.tasks.by_path
         unknown = sorted(set(backend.task_options) - set(found))
@@ -78,13 +92,29 @@ class DjangoTasks:
                 timeout=backend.timeout_for(path),
             )
 
+    def started(self, task: Task, claim: Claim) -> TaskResult:
+        """The result of the attempt ``claim`` starts, as ``get_result`` would read it now;
+        kept for :meth:`after_commit`. Read only for a task claimed before."""
+        backend = self.backend
+        if claim.fence == 1 and claim.created_at is not None and claim.claimed_at is not None:
+            key = (task.module_path, claim.priority, claim.queue)
+            enqueued = self._enqueued.get(key)
+            if enqueued is None:
+                enqueued = self._enqueued[key] = as_enqueued(task, claim.priority, claim.queue)
+            result = first_claim_result(enqueued, claim, backend.alias)
+        else:
+            result = backend.get_result(str(claim.task_id))
+        self._started[claim.task_id, claim.fence] = result
+        return result
+
     def _runner(self, task: Task) -> Callable[..., Any]:
         backend = self.backend
+        started = self.started
 
         def run(ctx: DurableContext, /, *args: Any, **kwargs: Any) -> Any:
             close_old_connections()
             try:
-                result = backend.get_result(str(ctx.task_id))
+                result = started(task, ctx.claim)
                 task_started.send(type(backend), task_result=result)
                 if task.takes_context:
                     context = TaskContext(task_result=result)
@@ -102,14 +132,21 @@ class DjangoTasks:
         run.__qualname__ = run.__name__ = f"run {task.module_path}"
         return run
 
-    def after_commit(self, claim: Claim, state: TaskState | None) -> None:
-        """Send ``task_finished`` for a task whose final outcome has just committed."""
+    def after_commit(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:
+        """Send ``task_finished`` for a task whose final outcome has just committed (at
+        ``at``): built from its start's result, or read if it never started here (a
+        row naming no task, arguments that do not fit)."""
+        claim = outcome.claim
+        started = self._started.pop((claim.task_id, claim.fence), None)
         if state not in FINAL:
             return
-        try:
-            result: TaskResult = self.backend.get_result(str(claim.task_id))
-        except TaskResultDoesNotExist:
-            return  # purged already
+        if started is not None:
+            result = finished_result(started, outcome, state, at)
+        else:
+            try:
+                result = self.backend.get_result(str(claim.task_id))
+            except TaskResultDoesNotExist:
+                return  # purged already, or not a task of this project
         task_finished.send(type(self.backend), task_result=result)
 
     def worker(self, **options: Any) -> Worker:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from durablesched.queues import QueueLimits, Rate
-from durablesched.records import Claim, effective_key
+from durablesched.records import Claim, JSONArgs, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     QUEUE_ROWS,
@@ -68,7 +68,7 @@ def claim_rows(
     ordered = sorted(names) if names is not None else []
     params.update((f"n{i}", name) for i, name in enumerate(ordered))
     # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue,
-    # priority
+    # priority, created_at
     rows = tx._rows(conn, tx.dialect.claim_for(len(arms), len(ordered)), params)
     if not rows:
         return []
@@ -141,17 +141,28 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
     due_at, seq), the order they were chosen in and should start in."""
     rows.sort(key=lambda r: (-r[10], r[7], r[1]))  # times compare as stored
     expires = now + lease
-    due: dict[Any, datetime] = {}  # tasks submitted together share a due time
+    # Tasks submitted together share a due time and a submission time.
+    times: dict[Any, datetime] = {}
     result = []
-    for task_id, seq, name, args, attempts, max_attempts, fence, due_at, key, queue, _ in rows:
-        when = due.get(due_at)
+    for row in rows:
+        task_id, seq, name, args, attempts, max_attempts, fence, due_at, key, queue = row[:10]
+        priority, created_at = row[10], row[11]
+        when = times.get(due_at)
         if when is None:
-            when = due[due_at] = from_db_time(due_at)
+            when = times[due_at] = from_db_time(due_at)
+        created = times.get(created_at)
+        if created is None:
+            created = times[created_at] = from_db_time(created_at)
+        trace = None
+        if args == "{}":
+            stored: JSONArgs = {}
+        else:
+            stored, trace = split_trace(json.loads(args))
         result.append(
             Claim(
                 task_id=task_id,
                 name=name,
-                args={} if args == "{}" else json.loads(args),
+                args=stored,
                 attempt=attempts,
                 max_attempts=max_attempts,
                 owner=owner,
@@ -161,6 +172,10 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
                 seq=seq,
                 idempotency_key=effective_key(task_id, key),
                 queue=queue,
+                trace=trace,
+                priority=priority,
+                created_at=created,
+                claimed_at=now,
             )
         )
     return result

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from durablesched.records import ErrorInfo, TaskRecord
+from durablesched.records import ErrorInfo, TaskRecord, split_trace
 from durablesched.states import TaskState
 
 # -- times ---------------------------------------------------------------------------------------
@@ -63,11 +63,12 @@ def error_from_json(value: str | None) -> ErrorInfo | None:
 
 def record(row: Row[Any]) -> TaskRecord:
     """A row of ``TASK_COLUMNS`` (statements.py) as a :class:`TaskRecord`."""
+    args, trace = split_trace(json.loads(row.args))
     return TaskRecord(
         id=row.id,
         seq=row.seq,
         name=row.name,
-        args=json.loads(row.args),
+        args=args,
         state=TaskState(row.state),
         due_at=from_db_time(row.due_at),
         attempts=row.attempts,
@@ -85,4 +86,5 @@ def record(row: Row[Any]) -> TaskRecord:
         environment=row.environment,
         queue=row.queue,
         priority=row.priority,
+        trace=trace,
     )

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from durablesched.records import SUBMITTED, TaskRecord
+from durablesched.records import SUBMITTED, TaskRecord, join_trace
 from durablesched.states import TaskState
 from durablesched.store.sql.codec import dump, error_json, record
 from durablesched.store.sql.statements import (
@@ -141,7 +141,7 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
         {
             "id": new_id,
             "name": task.name,
-            "args": dump(task.args),
+            "args": dump(join_trace(task.args, task.trace)),
             "state": state.value,
             "due_at": tx._t(task.due_at),
             "attempts": task.attempts,

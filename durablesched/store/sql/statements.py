@@ -30,7 +30,8 @@ TASK_COLUMNS = (
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
-    "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue, priority"
+    "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue, "
+    "priority, created_at"
 )
 #: Names bound one parameter each (an expanding IN), compared exactly as stored.
 NAMES_FILTER = "AND name IN :names"
