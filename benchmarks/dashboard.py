@@ -339,28 +339,42 @@ def index_costs(tmp: Path, n: int, runs: int) -> None:
 
 
 def open_dashboard_cost(tmp: Path, n: int, runs: int) -> None:
-    """A busy worker alone, and with a dashboard's overview polled every 2 s."""
+    """A busy worker alone, and with a dashboard's overview polled every 2 s, in pairs
+    whose order alternates; the figure is the median of the pairs' ratios (the
+    worker's own rate drifts by more than the cost between runs, a pair much less)."""
     from starlette.testclient import TestClient  # noqa: PLC0415 - the test extra
 
     from durablesched.dashboard import create_app  # noqa: PLC0415
 
-    alone, watched = [], []
-    for _ in range(runs):
-        alone.append(busy_rate(with_indexes(tmp / "busy.db", set(INDEXES)), n)[1])
+    def one(watched: bool) -> float:
         path = with_indexes(tmp / "busy.db", set(INDEXES))
+        if not watched:
+            return busy_rate(path, n)[1]
         store = SQLiteStore(path)
         client = TestClient(create_app(store))
 
-        def poll(client: TestClient = client) -> None:
+        def poll() -> None:
             client.get("/?fragment=1")
 
-        watched.append(busy_rate(path, n, poll=poll)[1])
-        store.close()
-    a, w = median(alone), median(watched)
+        try:
+            return busy_rate(path, n, poll=poll)[1]
+        finally:
+            store.close()
+
+    alone, watched = [], []
+    for i in range(runs):
+        if i % 2:
+            watched.append(one(True))
+            alone.append(one(False))
+        else:
+            alone.append(one(False))
+            watched.append(one(True))
+    ratios = sorted(w / a for a, w in zip(alone, watched, strict=True))
     print(
-        f"\nbusy worker process: {a:,.0f} tasks/s alone, {w:,.0f} tasks/s with the overview "
-        f"open ({100 * (1 - w / a):+.1f} %); runs alone: "
-        f"{', '.join(f'{r:,.0f}' for r in alone)}; open: {', '.join(f'{r:,.0f}' for r in watched)}"
+        f"\nbusy worker process: {median(alone):,.0f} tasks/s alone, {median(watched):,.0f} "
+        f"with the overview open; open/alone by pair: median {median(ratios):.3f} "
+        f"(cost {100 * (1 - median(ratios)):.1f} %), from {ratios[0]:.3f} to {ratios[-1]:.3f} "
+        f"over {runs} pairs"
     )
 
 
