@@ -3,11 +3,12 @@ priorities, ids, and enqueue inside ``transaction.atomic()``."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 from django.db import connections, transaction
-from django.tasks import TaskResultStatus, task, task_backends
+from django.tasks import TaskResult, TaskResultStatus, task, task_backends
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.utils import timezone
 
@@ -51,6 +52,22 @@ def test_an_enqueued_task_is_ready_and_read_back(alias: str) -> None:
     assert read.enqueued_at == result.enqueued_at
     with pytest.raises(ValueError, match="not finished"):
         _ = read.return_value
+
+
+def test_the_async_api_enqueues_and_reads_back_the_same_rows(alias: str) -> None:
+    """``aenqueue``, ``aget_result`` and ``arefresh`` are Django's defaults (the sync calls
+    in a thread): they reach the same store, on the same database."""
+
+    async def enqueue_and_read() -> tuple[TaskResult, TaskResult]:
+        result = await add.using(backend=alias).aenqueue(2, b=3)
+        read = await task_backends[alias].aget_result(result.id)
+        await read.arefresh()
+        return result, read
+
+    result, read = asyncio.run(enqueue_and_read())
+    assert read.id == result.id and read.status is TaskResultStatus.READY
+    assert (read.args, read.kwargs) == ([2], {"b": 3})
+    assert task_backends[alias].get_result(result.id).enqueued_at == result.enqueued_at
 
 
 def test_arguments_are_stored_as_durablesched_s_own(alias: str) -> None:
