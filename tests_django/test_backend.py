@@ -67,7 +67,12 @@ def test_the_async_api_enqueues_and_reads_back_the_same_rows(alias: str) -> None
     result, read = asyncio.run(enqueue_and_read())
     assert read.id == result.id and read.status is TaskResultStatus.READY
     assert (read.args, read.kwargs) == ([2], {"b": 3})
-    assert task_backends[alias].get_result(result.id).enqueued_at == result.enqueued_at
+    read_again = task_backends[alias].get_result(result.id)
+    assert read_again.enqueued_at == result.enqueued_at
+    # A result read from a backend refreshes from that backend, not the task's default.
+    assert read_again.task.get_backend() is task_backends[alias]
+    read_again.refresh()
+    assert read_again.status is TaskResultStatus.READY
 
 
 def test_arguments_are_stored_as_durablesched_s_own(alias: str) -> None:

@@ -59,7 +59,7 @@ def task_result(
     ]
     positional, keywords = call_args(record.args)
     result = TaskResult(
-        task=as_enqueued(task, record.priority, record.queue),
+        task=as_enqueued(task, record.priority, record.queue, backend),
         id=str(record.id),
         status=status,
         enqueued_at=record.created_at,
@@ -130,9 +130,13 @@ def finished_result(
     return result
 
 
-def as_enqueued(task: Task, priority: int, queue: str) -> Task:
-    """``task`` as it was enqueued: with the row's priority and queue (if the settings
-    changed since and refuse them, the task as defined will do)."""
+def as_enqueued(task: Task, priority: int, queue: str, backend: str) -> Task:
+    """``task`` as it was enqueued: on the backend whose store holds the row (so that
+    ``refresh()`` reads it there), with the row's priority and queue (if the settings
+    changed since and refuse them, the task as defined on that backend will do)."""
+    if task.backend != backend:
+        with contextlib.suppress(InvalidTask):
+            task = task.using(backend=backend)
     if task.priority == priority and task.queue_name == queue:
         return task
     with contextlib.suppress(InvalidTask):

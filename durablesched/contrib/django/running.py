@@ -100,7 +100,9 @@ class DjangoTasks:
             key = (task.module_path, claim.priority, claim.queue)
             enqueued = self._enqueued.get(key)
             if enqueued is None:
-                enqueued = self._enqueued[key] = as_enqueued(task, claim.priority, claim.queue)
+                enqueued = self._enqueued[key] = as_enqueued(
+                    task, claim.priority, claim.queue, backend.alias
+                )
             result = first_claim_result(enqueued, claim, backend.alias)
         else:
             result = backend.get_result(str(claim.task_id))
