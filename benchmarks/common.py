@@ -12,6 +12,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from durablesched.store.sql.codec import from_db_time, to_db_time
+from durablesched.store.sql.sqlite import SQLiteStore
+
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2020, 1, 1, tzinfo=UTC)  # in the past: every task is due at once
 
@@ -92,3 +95,24 @@ def worker(
     if log is not None:
         log.close()  # the child has its own copy
     return Child(proc)
+
+
+def run_rate_since(store: SQLiteStore, started: datetime, n: int) -> float:
+    """Tasks/s of the ``n`` tasks a worker ran since ``started``, from the first claim to
+    the last finish as ``store``'s tables record them; closes ``store``. Read through the
+    store's own connections: a second way into the file from this process is what
+    SQLite's POSIX locks cannot tell apart."""
+    with store.engine.connect() as conn:
+        first = conn.exec_driver_sql(
+            "SELECT min(at) FROM task_events WHERE state = 'RUNNING' AND at > ?",
+            (to_db_time(started),),
+        ).scalar_one()
+        last, done = conn.exec_driver_sql(
+            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED' "
+            "AND finished_at > ?",
+            (to_db_time(started),),
+        ).one()
+        conn.rollback()
+    store.close()
+    assert done == n, f"{done} of {n}"
+    return n / (from_db_time(last) - from_db_time(first)).total_seconds()

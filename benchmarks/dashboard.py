@@ -36,10 +36,10 @@ from typing import Any
 from durablesched import PostgresStore, Scheduler, SQLiteStore, SystemClock
 from durablesched.dashboard import filters
 from durablesched.records import Outcome
-from durablesched.store.sql.codec import from_db_time, to_db_time
+from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.store import SQLStore
 
-from .common import fresh, median, percentile, worker
+from .common import fresh, median, percentile, run_rate_since, worker
 
 NAMES = [f"task.{i}" for i in range(20)]
 QUEUES = ["default", "mail", "reports"]
@@ -263,20 +263,7 @@ def busy_rate(path: Path, n: int, *, poll: Callable[[], None] | None = None) -> 
     if thread is not None:
         thread.join()
     assert status == 0
-    with store.engine.connect() as conn:
-        first = conn.exec_driver_sql(
-            "SELECT min(at) FROM task_events WHERE state = 'RUNNING' AND at > ?",
-            (to_db_time(started),),
-        ).scalar_one()
-        last, done = conn.exec_driver_sql(
-            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED' "
-            "AND finished_at > ?",
-            (to_db_time(started),),
-        ).one()
-        conn.rollback()
-    store.close()
-    assert done == n, f"{done} of {n}"
-    return submitted, n / (from_db_time(last) - from_db_time(first)).total_seconds()
+    return submitted, run_rate_since(store, started, n)
 
 
 def with_indexes(path: Path, kept: set[str]) -> Path:

@@ -25,9 +25,9 @@ from typing import Any
 
 from durablesched import Scheduler, SQLiteStore, SystemClock
 from durablesched.metrics import metrics_text
-from durablesched.store.sql.codec import from_db_time, to_db_time
+from durablesched.store.sql.codec import to_db_time
 
-from .common import fresh, median, worker
+from .common import fresh, median, run_rate_since, worker
 
 NAMES = [f"task.{i}" for i in range(20)]
 QUEUES = ["default", "mail", "reports"]
@@ -134,22 +134,7 @@ def busy_rate(path: Path, n: int, *, scraped: bool) -> float:
     if scraper is not None:
         scraper.join()
     assert status == 0
-    # Read through the store's own connections: a second way into the file from this
-    # process is what SQLite's POSIX locks cannot tell apart.
-    with store.engine.connect() as conn:
-        first = conn.exec_driver_sql(
-            "SELECT min(at) FROM task_events WHERE state = 'RUNNING' AND at > ?",
-            (to_db_time(started),),
-        ).scalar_one()
-        last, done = conn.exec_driver_sql(
-            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED' "
-            "AND finished_at > ?",
-            (to_db_time(started),),
-        ).one()
-        conn.rollback()
-    store.close()
-    assert done == n, f"{done} of {n}"
-    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+    return run_rate_since(store, started, n)
 
 
 def main() -> None:
