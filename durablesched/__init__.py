@@ -1,7 +1,8 @@
 """durablesched: a durable job queue and task scheduler in one SQLite file (or PostgreSQL).
 
 The SQL stores (and :func:`open_store`) load SQLAlchemy: they are imported when first
-named, so ``import durablesched`` and the CLI's ``--help`` stay cheap.
+named, so ``import durablesched`` and the CLI's ``--help`` stay cheap; so is the
+in-memory store, which a worker on a database never needs.
 """
 
 import importlib
@@ -55,19 +56,20 @@ from .schedules.declaration import ScheduleInfo as ScheduleInfo
 from .schedules.timing import Misfire as Misfire
 from .schedules.timing import Overlap as Overlap
 from .states import TaskState as TaskState
-from .store.memory import MemoryStore as MemoryStore
 from .store.protocol import DurableStore as DurableStore
 from .store.protocol import Operator as Operator
 from .store.protocol import Store as Store
 from .worker.loop import Worker as Worker
 
 if TYPE_CHECKING:
+    from .store.memory import MemoryStore as MemoryStore
     from .store.opening import open_store as open_store
     from .store.sql.postgres import PostgresStore as PostgresStore
     from .store.sql.sqlite import SQLiteStore as SQLiteStore
 
 #: The names imported when first used, and their modules.
 _LAZY = {
+    "MemoryStore": "durablesched.store.memory",
     "open_store": "durablesched.store.opening",
     "PostgresStore": "durablesched.store.sql.postgres",
     "SQLiteStore": "durablesched.store.sql.sqlite",

@@ -181,9 +181,14 @@ class GroupCommit:
         if again:
             with self._lock:
                 self._pending.extend(again)
-        self.forget(finished, nudge=False)
+        self._slots.remove(finished)
         self._launch(claims)
-        self._watch.nudge_if_free()  # only now: the slots may be full again
+        # Only now, and only if a slot is still free: with the freed slots filled
+        # again, the claim loop has nothing to do, and waking it would take the
+        # interpreter from the running tasks for a pass that claims nothing.
+        if len(self._active) < self._options.concurrency or self._stopping.is_set():
+            self._wakeup.set()
+            self._watch.nudge_if_free()
         return True
 
     def _tell(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:

@@ -70,10 +70,13 @@ class Leases:
             self.reclaim(now)
             self.next_reclaim = now + self.reclaim_interval
 
-    def start_heartbeats(self) -> None:
-        """Tasks are held now: the first heartbeat is due an interval from now, if none is."""
-        if self.next_heartbeat is None:
-            self.next_heartbeat = self._scheduler.clock.now() + self._heartbeat_interval
+    def start_heartbeats(self) -> bool:
+        """Tasks are held now: the first heartbeat is due an interval from now, if none is
+        (True: the claim loop must hear of it)."""
+        if self.next_heartbeat is not None:
+            return False
+        self.next_heartbeat = self._scheduler.clock.now() + self._heartbeat_interval
+        return True
 
     def heartbeat(self, now: datetime | None = None, *, force: bool = True) -> None:
         """Renew every lease this worker holds in one store call, and pass on cancel requests.

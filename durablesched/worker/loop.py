@@ -380,7 +380,8 @@ class Worker:
     def _register_all(self, claims: list[Claim]) -> list[Running]:
         started = self._attempts.prepare(claims)
         self._slots.add(started)
-        self._leases.start_heartbeats()
+        if self._leases.start_heartbeats():
+            self._wakeup.set()  # a group commit's claims: the loop must wait for less
         return started
 
     def _launch(self, claims: list[Claim]) -> None:

@@ -1,6 +1,6 @@
 """Start-up must stay cheap (issue 22): ``import durablesched``, ``--help`` and ``--version``
-load no SQLAlchemy or Alembic; opening an up-to-date SQLite database and claiming loads
-no Alembic and nothing of PostgreSQL's module."""
+load no SQLAlchemy or Alembic; a worker on an up-to-date SQLite database loads no
+Alembic, nothing of PostgreSQL's (ours or SQLAlchemy's) and not the in-memory store."""
 
 from __future__ import annotations
 
@@ -39,26 +39,30 @@ def test_help_of_every_command_and_version_import_neither_sqlalchemy_nor_alembic
     assert not loaded & {"sqlalchemy", "alembic"}
 
 
-OPEN_AND_CLAIM = """
+OPEN_AND_RUN = """
 import json, sys
-from datetime import UTC, datetime, timedelta
-from durablesched import open_store
+from durablesched import Scheduler, TaskRegistry, TaskState, Worker, open_store
 
-store = open_store(sys.argv[1])
-store.claim("w", 1, datetime.now(UTC), timedelta(seconds=5))
-store.close()
-print(json.dumps(sorted(name for name in sys.modules
-                        if name.startswith(("alembic", "durablesched.store.sql.postgres")))))
+registry = TaskRegistry()
+registry.task("noop")(lambda: None)
+scheduler = Scheduler(open_store(sys.argv[1]), registry=registry)
+task_id = scheduler.submit("noop")
+Worker(scheduler).run(burst=True, burst_wait=0)
+assert scheduler.get(task_id).state is TaskState.SUCCEEDED
+scheduler.store.close()
+unwanted = ("alembic", "durablesched.store.sql.postgres", "sqlalchemy.dialects.postgresql",
+            "psycopg", "durablesched.store.memory")
+print(json.dumps(sorted(name for name in sys.modules if name.startswith(unwanted))))
 """
 
 
-def test_a_worker_on_an_up_to_date_sqlite_file_loads_no_alembic_and_no_postgres_module(
+def test_a_worker_on_an_up_to_date_sqlite_file_loads_no_alembic_postgres_or_memory_store(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "jobs.db"
     durablesched.SQLiteStore(db).close()  # created at head (that migration loads Alembic)
     result = subprocess.run(
-        [sys.executable, "-c", OPEN_AND_CLAIM, str(db)],
+        [sys.executable, "-c", OPEN_AND_RUN, str(db)],
         capture_output=True,
         text=True,
         timeout=60,

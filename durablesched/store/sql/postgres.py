@@ -28,7 +28,8 @@ from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
-from durablesched.store.sql.schema import CLAIMABLE_SQL, metadata
+from durablesched.store.sql.predicates import CLAIMABLE_SQL
+from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,

@@ -22,7 +22,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from durablesched.states import CLAIMABLE, KEY_HOLDING, TaskState
+from durablesched.store.sql.predicates import (
+    ALL_STATES_SQL,
+    CLAIMABLE_SQL,
+    KEY_HOLDING_SQL,
+    STATE_CREATED_SQL,
+)
 
 metadata = MetaData()
 
@@ -31,20 +36,6 @@ Time = Text().with_variant(postgresql.TIMESTAMP(timezone=True), "postgresql")
 Json = Text().with_variant(postgresql.JSONB(), "postgresql")
 Id = Integer().with_variant(BigInteger(), "postgresql")
 
-
-def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
-    return ", ".join(f"'{s.value}'" for s in sorted(states))
-
-
-#: SQL fragments with the state literals inlined: a bound parameter would make
-#: SQLite re-prepare the statement and miss the partial indexes.
-CLAIMABLE_SQL = f"state IN ({_in(CLAIMABLE)})"
-KEY_HOLDING_SQL = f"state IN ({_in(KEY_HOLDING)})"
-ALL_STATES_SQL = _in(set(TaskState))
-#: The rows of ``ix_tasks_state_created``: the states a task enters only when it goes wrong.
-STATE_CREATED_SQL = (
-    f"state IN ({_in({TaskState.CANCELLED, TaskState.FAILED, TaskState.RETRY_WAIT})})"
-)
 
 tasks = Table(
     "tasks",

@@ -38,7 +38,7 @@ from durablesched.store.protocol import OnChange
 from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
-from durablesched.store.sql.schema import CLAIMABLE_SQL, STATE_CREATED_SQL
+from durablesched.store.sql.predicates import CLAIMABLE_SQL, STATE_CREATED_SQL
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,

@@ -13,7 +13,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
 from durablesched.records import SUBMITTED, Environment
-from durablesched.store.sql.schema import CLAIMABLE_SQL
+from durablesched.store.sql.predicates import CLAIMABLE_SQL
 
 # -- pieces --------------------------------------------------------------------------------------
 

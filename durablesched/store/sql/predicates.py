@@ -1,0 +1,28 @@
+"""SQL predicates over task states, with the state literals inlined: both databases' SQL
+and the schema's partial indexes say them the same way.
+
+A bound parameter would make SQLite re-prepare the statement and miss the partial
+indexes. Kept apart from the schema's metadata, which the SQLite store never needs:
+building it loads SQLAlchemy's PostgreSQL dialect (its indexes name options of both
+databases), tens of milliseconds of a SQLite worker's start-up.
+"""
+
+from __future__ import annotations
+
+from durablesched.states import CLAIMABLE, KEY_HOLDING, TaskState
+
+
+def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
+    return ", ".join(f"'{s.value}'" for s in sorted(states))
+
+
+#: The states a task can be claimed from.
+CLAIMABLE_SQL = f"state IN ({_in(CLAIMABLE)})"
+#: The states in which a task holds its idempotency key.
+KEY_HOLDING_SQL = f"state IN ({_in(KEY_HOLDING)})"
+#: Every state, for the schema's check constraint.
+ALL_STATES_SQL = _in(set(TaskState))
+#: The rows of ``ix_tasks_state_created``: the states a task enters only when it goes wrong.
+STATE_CREATED_SQL = (
+    f"state IN ({_in({TaskState.CANCELLED, TaskState.FAILED, TaskState.RETRY_WAIT})})"
+)
