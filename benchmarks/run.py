@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import lock_timeline, ours, peers, pg, queues, raw
-from .common import median
+from .common import interleaved, median, median_rate, round_ratios
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: What each peer lacks, for the table: their figures buy less than ours.
@@ -196,7 +196,7 @@ def _postgres(
                 rate = pg.peer("pgqueuer", size.peer, processes, 32)
                 runs.setdefault(f"pg_pgqueuer_{processes}proc", []).append(rate)
     for name, rates in runs.items():
-        step(name, partial(_median_rate, rates))
+        step(name, partial(median_rate, rates))
     if found.get("procrastinate"):  # about 200 jobs/s: one run of fewer jobs
         for processes in (1, 4):
             step(
@@ -244,25 +244,14 @@ def _rounds(
             peers.huey_consumer(db(), size.peer, threads) for threads in (8, 32)
         )
     print(f"the targets' figures again, {size.repeats} interleaved rounds:")
-    rounds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(size.repeats):
-        for name, run in runs.items():
-            rounds[name].append(run())
+    rounds = interleaved(runs, size.repeats)
     step("rounds", lambda: {name: median(rates) for name, rates in rounds.items()})
-    ratios = {
-        target: median([a / b for a, b in zip(rounds[num], rounds[den], strict=True)])
-        for target, (num, den) in PAIRED.items()
-        if num in rounds and den in rounds
-    }
+    ratios = round_ratios(PAIRED, rounds)
     step("round_ratios", lambda: ratios)
 
 
 def _rate_of(result: dict[str, float]) -> float:
     return result["tasks_per_s"]
-
-
-def _median_rate(rates: list[float]) -> dict[str, float]:
-    return {"tasks_per_s": median(rates), "runs": len(rates)}
 
 
 class Sizes:
