@@ -60,14 +60,18 @@ def end_to_end(
     *,
     log_level: str = "warning",
     environment: str = "thread",
+    task: str = "noop",
+    app: str = "benchmarks.noop_app:registry",
+    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """No-op tasks/s from the first claim to the last finish, measured from the table.
+    """Tasks/s from the first claim to the last finish, measured from the table.
 
     ``log_level`` "warning" matches huey's consumer run with ``-q``; "info"
     writes the two per-task lines (start, outcome) a worker logs by default.
+    ``task`` of ``app`` replaces the no-op task (and the workers get ``env``).
     """
     store = SQLiteStore(fresh(path), durability=durability)  # type: ignore[arg-type]
-    Scheduler(store).submit_many("noop", [{} for _ in range(n)])
+    Scheduler(store).submit_many(task, [{} for _ in range(n)])
     store.close()
     children = [
         worker(
@@ -80,6 +84,8 @@ def end_to_end(
             "--environment",
             environment,
             durability=durability,
+            app=app,
+            env=env,
         )
         for _ in range(processes)
     ]
