@@ -1,4 +1,5 @@
-"""Shared helpers: a fixed 'now', timing, percentiles, child processes with their rusage."""
+"""Shared helpers: a fixed 'now', percentiles, the worker's command and processes with
+their rusage, rates read from a database's tables, interleaved rounds and their ratios."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -63,31 +66,52 @@ class Child:
             self.wait_rusage(30)
 
 
+def bench_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH, so that a
+    child can import ``benchmarks`` (its apps), plus ``extra``."""
+    path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def worker_command(
+    db: Path | str, *args: str, app: str = "benchmarks.noop_app:registry", durability: str = "full"
+) -> list[str]:
+    """``durablesched worker`` on ``db`` as this Python runs it: what a user types, exec'd."""
+    return [
+        sys.executable,
+        "-m",
+        "durablesched",
+        "worker",
+        "--db",
+        str(db),
+        "--app",
+        app,
+        "--durability",
+        durability,
+        *args,
+    ]
+
+
 def worker(
-    db: Path | str, *args: str, durability: str = "full", stderr: Path | None = None
+    db: Path | str,
+    *args: str,
+    durability: str = "full",
+    stderr: Path | None = None,
+    app: str = "benchmarks.noop_app:registry",
+    env: dict[str, str] | None = None,
 ) -> Child:
-    """A worker process; its log goes to ``stderr`` if given, else nowhere."""
+    """A worker process; its log goes to ``stderr`` if given, else nowhere; ``env`` is
+    added to this process's environment."""
     log = None if stderr is None else stderr.open("w")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(  # noqa: S603 - our own command
         [
             sys.executable,
             "-m",
             "benchmarks.launch",
-            sys.executable,
-            "-m",
-            "durablesched",
-            "worker",
-            "--db",
-            str(db),
-            "--app",
-            "benchmarks.noop_app:registry",
-            "--durability",
-            durability,
-            *args,
+            *worker_command(db, *args, app=app, durability=durability),
         ],
         cwd=ROOT,
-        env=env,
+        env=bench_env(**(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL if log is None else log,
         text=True,
@@ -95,6 +119,28 @@ def worker(
     if log is not None:
         log.close()  # the child has its own copy
     return Child(proc)
+
+
+def succeeded(db: Path) -> int:
+    """How many tasks of the SQLite file ``db`` have succeeded."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM tasks WHERE state = 'SUCCEEDED'").fetchone()
+    return int(n)
+
+
+def history_rate(db: Path, n: int) -> float:
+    """Tasks/s from the first claim to the last finish as the tables of the SQLite file
+    ``db`` record them, once its workers have exited; asserts that all ``n`` succeeded.
+    Read from outside: the workers' own start-up and exit are not in it."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (first,) = conn.execute(
+            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
+        ).fetchone()
+        last, done = conn.execute(
+            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
+        ).fetchone()
+    assert done == n, f"only {done} of {n} tasks succeeded"
+    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
 
 
 def run_rate_since(store: SQLiteStore, started: datetime, n: int) -> float:
@@ -116,3 +162,29 @@ def run_rate_since(store: SQLiteStore, started: datetime, n: int) -> float:
     store.close()
     assert done == n, f"{done} of {n}"
     return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+
+
+def interleaved(cases: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each case's figure once a round, the cases in turn. On a shared machine speed
+    drifts by a third within minutes: a slow spell then hits every side of a ratio."""
+    runs: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            runs[name].append(case())
+    return runs
+
+
+def round_ratios(
+    pairs: dict[str, tuple[str, str]], runs: dict[str, list[float]]
+) -> dict[str, float]:
+    """Target -> the median of the rounds' ratios of its (numerator, denominator)
+    figures, for the targets whose two figures both ran (a peer may be missing)."""
+    return {
+        target: median([a / b for a, b in zip(runs[num], runs[den], strict=True)])
+        for target, (num, den) in pairs.items()
+        if num in runs and den in runs
+    }
+
+
+def median_rate(rates: list[float]) -> dict[str, float]:
+    return {"tasks_per_s": median(rates), "runs": len(rates)}

@@ -14,9 +14,18 @@ from pathlib import Path
 
 from durablesched import MemoryStore, Scheduler, SQLiteStore
 from durablesched.records import NewTask
-from durablesched.store.sql.codec import from_db_time
 
-from .common import NOW, ROOT, Child, fresh, median, percentile, worker
+from .common import (
+    NOW,
+    ROOT,
+    Child,
+    fresh,
+    history_rate,
+    median,
+    percentile,
+    succeeded,
+    worker,
+)
 
 
 def submit_single(path: Path, n: int) -> float:
@@ -51,14 +60,18 @@ def end_to_end(
     *,
     log_level: str = "warning",
     environment: str = "thread",
+    task: str = "noop",
+    app: str = "benchmarks.noop_app:registry",
+    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """No-op tasks/s from the first claim to the last finish, measured from the table.
+    """Tasks/s from the first claim to the last finish, measured from the table.
 
     ``log_level`` "warning" matches huey's consumer run with ``-q``; "info"
     writes the two per-task lines (start, outcome) a worker logs by default.
+    ``task`` of ``app`` replaces the no-op task (and the workers get ``env``).
     """
     store = SQLiteStore(fresh(path), durability=durability)  # type: ignore[arg-type]
-    Scheduler(store).submit_many("noop", [{} for _ in range(n)])
+    Scheduler(store).submit_many(task, [{} for _ in range(n)])
     store.close()
     children = [
         worker(
@@ -71,6 +84,8 @@ def end_to_end(
             "--environment",
             environment,
             durability=durability,
+            app=app,
+            env=env,
         )
         for _ in range(processes)
     ]
@@ -79,16 +94,7 @@ def end_to_end(
         status, _cpu, rss = child.wait_rusage()
         assert status == 0, f"worker exited {status}"
         peak_rss = max(peak_rss, rss)
-    with sqlite3.connect(path) as conn:
-        (first,) = conn.execute(
-            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
-        ).fetchone()
-        last, done = conn.execute(
-            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
-        ).fetchone()
-    assert done == n, f"only {done} of {n} tasks succeeded"
-    elapsed = (from_db_time(last) - from_db_time(first)).total_seconds()
-    return {"tasks_per_s": n / elapsed, "peak_rss_mib": peak_rss / 1024}
+    return {"tasks_per_s": history_rate(path, n), "peak_rss_mib": peak_rss / 1024}
 
 
 def contention_envelope(
@@ -134,10 +140,10 @@ def contention_envelope(
             submit_retries += result["busy_retries"]
             errors += err.count("Error")
         deadline = time.monotonic() + 300
-        while _succeeded(db) < submitted and time.monotonic() < deadline:
+        while succeeded(db) < submitted and time.monotonic() < deadline:
             time.sleep(0.05)
         wall = time.monotonic() - started
-        done = _succeeded(db)
+        done = succeeded(db)
         for claimer in claimers:
             claimer.stop()
         worker_retries = 0
@@ -155,12 +161,6 @@ def contention_envelope(
             "errors": errors + (submitted - done),
         }
     return report
-
-
-def _succeeded(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
-        (n,) = conn.execute("SELECT count(*) FROM tasks WHERE state = 'SUCCEEDED'").fetchone()
-    return int(n)
 
 
 def claim_latencies(

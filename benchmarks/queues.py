@@ -4,7 +4,6 @@ and limits cost end to end, each against a baseline measured in the same run."""
 from __future__ import annotations
 
 import random
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -14,9 +13,8 @@ from pathlib import Path
 from durablesched import QueueLimits, Scheduler, SQLiteStore
 from durablesched.records import NewTask
 from durablesched.store.protocol import DurableStore
-from durablesched.store.sql.codec import from_db_time
 
-from .common import NOW, fresh, median, percentile, worker
+from .common import NOW, fresh, history_rate, interleaved, median, percentile, worker
 
 QUEUES = [f"q{i}" for i in range(10)]
 LEASE = timedelta(seconds=30)
@@ -129,15 +127,7 @@ def end_to_end_queues(
     child = worker(path, *argv)
     status, _cpu, _rss = child.wait_rusage()
     assert status == 0, f"worker exited {status}"
-    with sqlite3.connect(path) as conn:
-        (first,) = conn.execute(
-            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
-        ).fetchone()
-        last, done = conn.execute(
-            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
-        ).fetchone()
-    assert done == n, f"only {done} of {n} tasks succeeded"
-    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+    return history_rate(path, n)
 
 
 def queue_rounds(path: Path, n: int, rounds: int) -> dict[str, float]:
@@ -149,10 +139,7 @@ def queue_rounds(path: Path, n: int, rounds: int) -> dict[str, float]:
         "unlimited_4": lambda: end_to_end_queues(path, n, {"api": 4}),
         "limit_4_of_4": lambda: end_to_end_queues(path, n, {"api": 4}, {"api": 4}),
     }
-    runs: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, case in cases.items():
-            runs[name].append(case())
+    runs = interleaved(cases, rounds)
     figures = {name: median(rates) for name, rates in runs.items()}
     figures["four_queues_ratio"] = figures["four_queues_2x4"] / figures["one_queue_8"]
     figures["limit_ratio"] = figures["limit_4_of_4"] / figures["unlimited_4"]

@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import lock_timeline, ours, peers, pg, queues, raw
-from .common import median
+from . import lock_timeline, ours, peers, pg, queues, raw, whole_path
+from .common import interleaved, median, median_rate, round_ratios
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: What each peer lacks, for the table: their figures buy less than ours.
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         step("persistqueue_ackqueue", lambda: peers.persistqueue_loop(tmp / "pq", size.peer))
 
     _rounds(step, size, db, found)
+    _whole_path(step, size, db, found)
     _postgres(step, size, found)
 
     report = build_report(figures, size, found)
@@ -169,6 +170,30 @@ def _queues(
             ),
         )
     step("queue_rounds", lambda: queues.queue_rounds(db(), size.e2e, size.repeats))
+
+
+def _whole_path(
+    step: Callable[[str, Callable[[], Any]], Any],
+    size: Sizes,
+    db: Callable[[], Path],
+    found: dict[str, bool],
+) -> None:
+    """Issue 22's figures (``whole_path.py``): the CLI's path with start-up and exit
+    against huey's, CPU-bound tasks, and a worker's start-up, each measured from outside
+    with its baselines in interleaved rounds. Each measurement's figures print when it
+    ends (as with the rounds above, their steps' own times read 0)."""
+    print(f"the whole path from outside (issue 22), {size.repeats} interleaved rounds:")
+    ratios: dict[str, float] = {}
+    for measure in (
+        partial(whole_path.user_path, db(), size.path, size.repeats, huey=found["huey"]),
+        partial(whole_path.cpu_bound, db(), size.cpu, size.repeats, huey=found["huey"]),
+        partial(whole_path.startup, db(), size.startup_pairs),
+    ):
+        measured, measured_ratios = measure()
+        for name, value in measured.items():
+            step(name, partial(dict, value))
+        ratios |= measured_ratios
+    step("whole_path_ratios", lambda: ratios)
 
 
 def _postgres(
@@ -196,7 +221,7 @@ def _postgres(
                 rate = pg.peer("pgqueuer", size.peer, processes, 32)
                 runs.setdefault(f"pg_pgqueuer_{processes}proc", []).append(rate)
     for name, rates in runs.items():
-        step(name, partial(_median_rate, rates))
+        step(name, partial(median_rate, rates))
     if found.get("procrastinate"):  # about 200 jobs/s: one run of fewer jobs
         for processes in (1, 4):
             step(
@@ -244,25 +269,14 @@ def _rounds(
             peers.huey_consumer(db(), size.peer, threads) for threads in (8, 32)
         )
     print(f"the targets' figures again, {size.repeats} interleaved rounds:")
-    rounds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(size.repeats):
-        for name, run in runs.items():
-            rounds[name].append(run())
+    rounds = interleaved(runs, size.repeats)
     step("rounds", lambda: {name: median(rates) for name, rates in rounds.items()})
-    ratios = {
-        target: median([a / b for a, b in zip(rounds[num], rounds[den], strict=True)])
-        for target, (num, den) in PAIRED.items()
-        if num in rounds and den in rounds
-    }
+    ratios = round_ratios(PAIRED, rounds)
     step("round_ratios", lambda: ratios)
 
 
 def _rate_of(result: dict[str, float]) -> float:
     return result["tasks_per_s"]
-
-
-def _median_rate(rates: list[float]) -> dict[str, float]:
-    return {"tasks_per_s": median(rates), "runs": len(rates)}
 
 
 class Sizes:
@@ -283,6 +297,11 @@ class Sizes:
         self.queue_pending = 10_000 if smoke else 1_000_000
         self.peer = 500 if smoke else 10_000
         self.attempts = 50 if smoke else 1_000
+        #: Issue 22: no-op tasks through the CLI's whole path, and CPU-bound tasks.
+        self.path = 500 if smoke else 30_000
+        self.cpu = 200 if smoke else 4_000
+        #: Issue 22: worker start-up against `import sqlalchemy`, measured in pairs.
+        self.startup_pairs = 3 if smoke else 15
         self.repeats = 1 if smoke else 3
         #: (submitting processes, worker processes) for the contention envelope.
         self.contention = [(1, 1), (2, 2)] if smoke else [(1, 1), (2, 2), (4, 2), (8, 4), (16, 4)]
@@ -366,6 +385,7 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
         ),
     ]
     targets += _queue_targets(figures)
+    targets += _whole_path_targets(figures)
     if "pg_e2e_1proc_32slots" in figures:
         targets += _pg_targets(figures)
     e2e_32_full = _rate(figures, "e2e_1proc_32slots_full")
@@ -444,6 +464,39 @@ def _queue_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float
     return targets
 
 
+#: Issue 22's targets (``whole_path.py``), numbered as in the issue with a W in front:
+#: (key in the whole_path_ratios figure, the target, op, goal).
+WHOLE_PATH_TARGETS = (
+    ("W2a", "W2a. CPU-bound, 1 process 1 slot / plain loop (rounds)", ">=", 0.9),
+    ("W2b", "W2b. CPU-bound, 2 processes / 1 process, 1 slot each (rounds)", ">=", 1.8),
+    (
+        "W2c_1proc",
+        "W2c. CPU-bound, ours (better of 1 and 2 slots) / huey, 1 process (rounds)",
+        ">=",
+        1.2,
+    ),
+    ("W2c_2proc", "W2c. CPU-bound, ours / huey, 2 processes (rounds)", ">=", 1.2),
+    ("W4", "W4. start-up: exec to first claim / python -c 'import sqlalchemy' (pairs)", "<=", 1.5),
+    (
+        "W5",
+        "W5. the user's path: CLI burst 8 slots / huey 8 threads, start-up and exit included "
+        "(rounds)",
+        ">=",
+        3.0,
+    ),
+)
+
+
+def _whole_path_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float]]:
+    """Issue 22's targets: medians of the ratios of interleaved rounds (of pairs, for
+    start-up); not measured where huey is missing."""
+    ratios: dict[str, float] = figures.get("whole_path_ratios", {})
+    return [
+        (target, ratios.get(key, float("nan")), op, goal)
+        for key, target, op, goal in WHOLE_PATH_TARGETS
+    ]
+
+
 def _met(value: float, op: str, goal: float) -> bool | None:
     if math.isnan(value):  # not measured: a peer is not installed
         return None
@@ -491,6 +544,7 @@ def write(report: dict[str, Any], out: Path, *, smoke: bool) -> None:
 #: The figures the chart shows: throughput of every system.
 CHARTED = (
     "e2e_",
+    "path_",
     "raw_1",
     "raw_32",
     "our_statements",

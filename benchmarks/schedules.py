@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import threading
 import time
 from datetime import UTC, datetime
@@ -24,9 +23,8 @@ from tempfile import mkdtemp
 
 from durablesched import Scheduler, SQLiteStore, SystemClock, TaskContext, TaskRegistry, Worker
 from durablesched.schedules.declaration import schedule
-from durablesched.store.sql.codec import from_db_time
 
-from .common import fresh, median, percentile, worker
+from .common import fresh, history_rate, median, percentile, worker
 from .ours import until_quiet
 
 
@@ -92,15 +90,7 @@ def busy(path: Path, count: int, n: int) -> float:
     )
     status, _, _ = child.wait_rusage()
     assert status == 0
-    with sqlite3.connect(path) as conn:
-        (first,) = conn.execute(
-            "SELECT min(at) FROM task_events WHERE state = 'RUNNING'"
-        ).fetchone()
-        last, done = conn.execute(
-            "SELECT max(finished_at), count(*) FROM tasks WHERE state = 'SUCCEEDED'"
-        ).fetchone()
-    assert done == n
-    return n / (from_db_time(last) - from_db_time(first)).total_seconds()
+    return history_rate(path, n)
 
 
 def main() -> None:

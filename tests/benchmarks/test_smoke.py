@@ -106,15 +106,29 @@ def test_benchmark_smoke_produces_every_figure(tmp_path: Path) -> None:
         "huey_consumer_32threads",
         "litequeue_full",
         "persistqueue_ackqueue",
+        "path_cli_burst_8slots",
+        "path_huey_8threads",
+        "cpu_task",
+        "cpu_plain_loop",
+        "cpu_ours_1proc_1slot",
+        "cpu_ours_1proc_2slots",
+        "cpu_ours_2proc_1slot",
+        "cpu_huey_1proc",
+        "cpu_huey_2proc",
+        "startup_worker",
+        "startup_import_sqlalchemy",
     ):
         assert key in figures, f"the smoke run produced no figure {key!r}"
+    assert figures["cpu_ours_1proc_best"]["slots"] in (1, 2)
+    assert 0 < figures["startup_worker"]["first_claim_ms"] < figures["startup_worker"]["exit_ms"]
     for processes in (1, 4):
         lock = figures[f"write_lock_{processes}proc_8slots"]
         assert lock["transactions"] > 0 and 0 < lock["lock_busy_pct"] <= 100
     assert figures["write_lock_1proc_8slots"]["same_process_next_pct"] == 100
     for key in ("pg_e2e_4proc_32slots", "pg_pgqueuer_4proc", "pg_procrastinate_1proc"):
         assert key in figures, f"the smoke run produced no PostgreSQL figure {key!r}"
-    assert len(report["targets"]) == 19  # 11 + 4 PostgreSQL + 4 of the queues (issue 18)
+    # 11 + 4 PostgreSQL + 4 of the queues (issue 18) + 6 of the whole path (issue 22)
+    assert len(report["targets"]) == 25
     assert all(t["met"] is not None and math.isfinite(t["value"]) for t in report["targets"])
     assert (tmp_path / "smoke.md").read_text().count("|") > 50
     assert (tmp_path / "smoke.png").stat().st_size > 1000
