@@ -68,9 +68,16 @@ class Child:
 
 def bench_env(**extra: str) -> dict[str, str]:
     """This process's environment with the repository first on PYTHONPATH, so that a
-    child can import ``benchmarks`` (its apps), plus ``extra``."""
+    child can import ``benchmarks`` (its apps), plus ``extra``.
+
+    Without PYTHONDONTWRITEBYTECODE, which some machines set: a child that compiled
+    durablesched's modules from source on every start would time what no installed
+    package does (pip compiles what it installs, as it did SQLAlchemy's).
+    """
     path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    return {**os.environ, "PYTHONPATH": path, **extra}
+    env = {**os.environ, "PYTHONPATH": path, **extra}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def worker_command(

@@ -108,16 +108,31 @@ def postgres_stores() -> Callable[[str], AbstractContextManager[DurableStore]]:
 
 
 def end_to_end_queues(
-    path: Path, n: int, queues: dict[str, int], limits: dict[str, int] | None = None
+    path: Path,
+    n: int,
+    queues: dict[str, int],
+    limits: dict[str, int] | None = None,
+    *,
+    mixed: bool = False,
 ) -> float:
     """No-op tasks/s through one worker process serving ``queues`` (name -> slots),
-    the tasks spread evenly over them; ``limits`` sets queues' concurrency limits."""
+    the tasks spread evenly over them; ``limits`` sets queues' concurrency limits.
+
+    The tasks are submitted queue after queue (each queue's backlog in a block of
+    rows), or ``mixed``: in turn, as an application whose queues fill at once
+    submits them. The layout is what differs: a claim of a few tasks from each
+    of four blocks writes four regions of the table's pages, of mixed tasks one.
+    """
     store = SQLiteStore(fresh(path))
     scheduler = Scheduler(store)
     names = list(queues)
-    for i, name in enumerate(names):
-        share = n // len(names) + (1 if i < n % len(names) else 0)
-        scheduler.submit_many("noop", [{} for _ in range(share)], queue=name)
+    if mixed:
+        store.submit([NewTask("noop", {}, NOW, 1, None, "{}", names[i % len(names)], 0)
+                      for i in range(n)], NOW)  # fmt: skip
+    else:
+        for i, name in enumerate(names):
+            share = n // len(names) + (1 if i < n % len(names) else 0)
+            scheduler.submit_many("noop", [{} for _ in range(share)], queue=name)
     for name, concurrency in (limits or {}).items():
         store.put_queue(QueueLimits(name, concurrency=concurrency), NOW)
     store.close()
@@ -132,15 +147,19 @@ def end_to_end_queues(
 
 def queue_rounds(path: Path, n: int, rounds: int) -> dict[str, float]:
     """Medians of interleaved rounds: one queue of 8 slots (the baseline), four queues of
-    2 slots each, and one queue of 4 slots with and without a concurrency limit of 4."""
+    2 slots each (their tasks submitted in turn, and each queue's in a block), and one
+    queue of 4 slots with and without a concurrency limit of 4."""
+    four = {f"q{i}": 2 for i in range(4)}
     cases: dict[str, Callable[[], float]] = {
         "one_queue_8": lambda: end_to_end_queues(path, n, {"default": 8}),
-        "four_queues_2x4": lambda: end_to_end_queues(path, n, {f"q{i}": 2 for i in range(4)}),
+        "four_queues_2x4": lambda: end_to_end_queues(path, n, four, mixed=True),
+        "four_queues_2x4_blocks": lambda: end_to_end_queues(path, n, four),
         "unlimited_4": lambda: end_to_end_queues(path, n, {"api": 4}),
         "limit_4_of_4": lambda: end_to_end_queues(path, n, {"api": 4}, {"api": 4}),
     }
     runs = interleaved(cases, rounds)
     figures = {name: median(rates) for name, rates in runs.items()}
     figures["four_queues_ratio"] = figures["four_queues_2x4"] / figures["one_queue_8"]
+    figures["four_queues_blocks_ratio"] = figures["four_queues_2x4_blocks"] / figures["one_queue_8"]
     figures["limit_ratio"] = figures["limit_4_of_4"] / figures["unlimited_4"]
     return figures

@@ -401,6 +401,11 @@ def build_report(figures: dict[str, Any], size: Sizes, found: dict[str, bool]) -
             "how near the worker runs to its own SQL",
             e2e_32_full / ceiling,
         ),
+        (
+            "e2e 4 queues x 2 slots, each queue's tasks submitted in a block / 1 queue x 8 "
+            "slots (rounds): a claim writes four regions of the table's pages (Q2 has them mixed)",
+            figures["queue_rounds"]["four_queues_blocks_ratio"],
+        ),
     ]
     return {
         "machine": {
@@ -456,8 +461,8 @@ def _queue_targets(figures: dict[str, Any]) -> list[tuple[str, float, str, float
             )
     rounds = figures["queue_rounds"]
     targets += [
-        ("Q2. e2e 4 queues x 2 slots / 1 queue x 8 slots (rounds)", rounds["four_queues_ratio"],
-         ">=", 0.9),
+        ("Q2. e2e 4 queues x 2 slots / 1 queue x 8 slots, tasks submitted in turn (rounds)",
+         rounds["four_queues_ratio"], ">=", 0.9),
         ("Q3. e2e a queue limited to 4, 4 slots / unlimited, 4 slots (rounds)",
          rounds["limit_ratio"], ">=", 0.9),
     ]  # fmt: skip

@@ -8,7 +8,6 @@ Linux, no libc, watch limit reached), callers fall back to polling.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import select
 import struct
@@ -26,7 +25,9 @@ class DirectoryWatch:
     """Changes to files in ``directory`` whose names start with ``prefix``."""
 
     def __init__(self, directory: Path, prefix: str) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # The process's own symbols, libc's among them: looking libc up by name
+        # (ctypes.util.find_library) runs ldconfig in a child process at every start.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
