@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -34,12 +35,13 @@ def loops_from_env() -> int:
 
 
 def calibrate(seconds: float = 0.001) -> int:
-    """The loop length that takes about ``seconds`` in this interpreter: from the fastest
-    of a few timings, since a slow one only says that the machine was busy then."""
-    trial = 20_000
+    """The loop length that takes about ``seconds`` in this interpreter: from the median
+    of a few timings (the fastest made the work about a quarter too short: a child
+    process calling it in a loop does not run at the best moment's speed)."""
+    trial = 50_000
     spin(trial)  # warm up
-    best = min(_timed(trial) for _ in range(20))
-    return max(1, round(trial * seconds / best))
+    typical = statistics.median(_timed(trial) for _ in range(21))
+    return max(1, round(trial * seconds / typical))
 
 
 def _timed(loops: int) -> float:

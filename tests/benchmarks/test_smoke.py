@@ -127,8 +127,8 @@ def test_benchmark_smoke_produces_every_figure(tmp_path: Path) -> None:
     assert figures["write_lock_1proc_8slots"]["same_process_next_pct"] == 100
     for key in ("pg_e2e_4proc_32slots", "pg_pgqueuer_4proc", "pg_procrastinate_1proc"):
         assert key in figures, f"the smoke run produced no PostgreSQL figure {key!r}"
-    # 11 + 4 PostgreSQL + 4 of the queues (issue 18) + 6 of the whole path (issue 22)
-    assert len(report["targets"]) == 25
+    # 11 + W1a + 4 PostgreSQL + 4 of the queues (issue 18) + 6 of the whole path (issue 22)
+    assert len(report["targets"]) == 26
     assert all(t["met"] is not None and math.isfinite(t["value"]) for t in report["targets"])
     assert (tmp_path / "smoke.md").read_text().count("|") > 50
     assert (tmp_path / "smoke.png").stat().st_size > 1000
