@@ -125,7 +125,7 @@ class Worker:
         )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
-        #: Set to wake the claim loop: a slot freed, a task was submitted here...
+        #: Set to wake the claim loop: a slot freed and stayed free, a task was submitted here...
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         slots = self._slots = Slots(lambda: self.scheduler.subscribe(self._on_event))
