@@ -91,6 +91,13 @@ class Rate:
             raise InvalidTaskError(f"a rate's window must be from 1 s to 1 day, got {text!r}")
         return cls(int(count), timedelta(seconds=seconds))
 
+    def forget_before(self, now: datetime) -> datetime:
+        """Start times up to this one may be forgotten by a claim at ``now``: two windows
+        back, not one, because a claim reads its clock before it waits for the write
+        lock, so another with a later time may commit first; a claim up to a window
+        behind that one must still count every start of its own window."""
+        return now - 2 * self.per
+
     def __str__(self) -> str:
         seconds = int(self.per.total_seconds())
         for unit, size in (("h", 3600), ("m", 60), ("s", 1)):

@@ -883,8 +883,8 @@ class MemoryStore:
             if limits is not None:
                 starts = self._starts.get(q)
                 if starts is not None and limits.rate is not None:
-                    since = now - limits.rate.per
-                    starts[:] = [t for t in starts if t > since]
+                    forget = limits.rate.forget_before(now)
+                    starts[:] = [t for t in starts if t > forget]
                 allowed[q] = limits.allowance(n, running.get(q, 0), starts or [], now)
                 continue
             allowed[q] = n

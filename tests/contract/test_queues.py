@@ -92,6 +92,20 @@ def test_a_rate_limit_counts_starts_in_any_window(store: BackendStore) -> None:
     assert len(store.claim("w2", 10, at(40), LEASE)) == 2
 
 
+def test_a_claim_whose_time_is_behind_another_claims_still_sees_its_window(
+    store: BackendStore,
+) -> None:
+    # A worker reads its clock, then waits for the write lock while another worker
+    # with a later time claims first: the first must still count every start its own
+    # window holds, though they are older than the other's window needs.
+    store.put_queue(QueueLimits("api", rate=Rate(2, timedelta(seconds=10))), T0)
+    ids_of(store, [new(queue="api") for _ in range(6)])
+    assert len(store.claim("w", 2, at(20), LEASE)) == 2
+    assert len(store.claim("w2", 1, at(30.5), LEASE)) == 1  # its window: (20.5, 30.5]
+    # Behind it: its window (20, 30] holds the two starts at 20, so nothing starts.
+    assert store.claim("w3", 1, at(29.5), LEASE) == []
+
+
 def test_next_wakeup_sees_only_the_queues_asked_for(store: BackendStore) -> None:
     ids_of(store, [new(queue="reports", due=50), new(queue="mail", due=60)])
     assert store.next_wakeup(at(20), queues=["mail"]) == at(60)

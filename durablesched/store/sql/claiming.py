@@ -127,7 +127,8 @@ def _allowances(
         started: list[datetime] = []
         if limits.rate is not None:
             since = tx._t(now - limits.rate.per)
-            conn.execute(SQL_FORGET_STARTS, {"queue": queue, "since": since})
+            forget = tx._t(limits.rate.forget_before(now))
+            conn.execute(SQL_FORGET_STARTS, {"queue": queue, "before": forget})
             started = [
                 from_db_time(t)
                 for (t,) in conn.execute(SQL_QUEUE_STARTS, {"queue": queue, "since": since})

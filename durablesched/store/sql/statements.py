@@ -83,7 +83,7 @@ SQL_QUEUE_STARTS = text(
     "SELECT at FROM durablesched_queue_starts WHERE queue = :queue AND at > :since"
 )
 SQL_FORGET_STARTS = text(
-    "DELETE FROM durablesched_queue_starts WHERE queue = :queue AND at <= :since"
+    "DELETE FROM durablesched_queue_starts WHERE queue = :queue AND at <= :before"
 )
 SQL_REMEMBER_START = text("INSERT INTO durablesched_queue_starts (queue, at) VALUES (:queue, :at)")
 #: Per queue and state: how many tasks, and the earliest due time of the claimable ones
