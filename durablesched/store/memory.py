@@ -196,7 +196,9 @@ class MemoryStore:
                 if task is None:
                     self._stale -= 1
                     continue
-                if names is not None and task.name not in names:
+                if (names is not None and task.name not in names) or task.due_at > now:
+                    # Another name, or made ready by a claim at a later time (its caller
+                    # read the clock after this one's): not due at this claim's time.
                     skipped.setdefault(queue, []).append(entry)
                     continue
                 allowed[queue] -= 1

@@ -539,22 +539,27 @@ class StoresAgree(RuleBasedStateMachine):
         names=st.sampled_from([None, frozenset("ab"), frozenset("c"), frozenset()]),
         in_process=st.sampled_from([(), ("a",), ("a", "c")]),
         queues=st.sampled_from(QUEUE_ASKS),
+        behind=st.sampled_from([0, 0, 0, 1, 5, 12]),
     )
-    def claim(
+    def claim(  # noqa: PLR0917 - one rule's drawn arguments
         self,
         owner: str,
         limit: int,
         names: frozenset[str] | None,
         in_process: tuple[str, ...],
         queues: dict[str, int] | None,
+        behind: int,
     ) -> None:
+        """A claim at the clock's time, or seconds behind it: a worker that read its
+        clock and then waited for the write lock while others claimed (the rate
+        windows' starts must be the same on both, whatever was forgotten since)."""
         self.op = "claim"
-        now = self.now()
+        now = self.now() - timedelta(seconds=behind)
         running = self.running_by_queue()
         claims = self.both(
             "claim", owner, limit, now, LEASE, names, process_names=in_process, queues=queues
         )
-        self.check_claims(claims, limit, names, queues, running)
+        self.check_claims(claims, limit, names, queues, running, now=now)
 
     def running_by_queue(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -569,8 +574,10 @@ class StoresAgree(RuleBasedStateMachine):
         names: Any,
         queues: dict[str, int] | None = None,
         running: dict[str, int] | None = None,
+        *,
+        now: datetime | None = None,
     ) -> None:
-        now = self.now()
+        now = now or self.now()
         tasks = {t.id: t for t in self.memory.list_tasks(limit=1_000_000)}
         keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in claims]
         assert keys == sorted(keys), "claims out of (priority desc, due_at, seq) order"
