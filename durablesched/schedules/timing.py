@@ -13,8 +13,9 @@ turns them into instants by two rules, for the nights the clocks change:
 ``cronsim`` reads the expression and walks the calendar in naive wall-clock
 time, where it is exact; the two rules are applied here, by ``zoneinfo``. The
 mapping from wall-clock time to instant never goes backwards, which is what
-lets :meth:`CronTimes.next_after` start from the wall-clock reading of any
-instant and skip what has already fired.
+lets :meth:`CronTimes.next_after` start from the latest wall-clock time that
+fired by an instant (its reading; in the second pass of a repeated hour, that
+hour's last second) and skip what has already fired.
 
 :class:`EveryTimes` is exact elapsed time: ``epoch + k * interval`` in UTC,
 so every worker computes the same fire times and no clock change moves them.
@@ -25,6 +26,7 @@ times to fire and whether each is a catch-up, by the misfire policy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -139,16 +141,16 @@ class CronTimes:
         """The latest wall-clock time that fires at or before ``instant``.
 
         Its own reading, except in the second pass of a repeated hour: there
-        the rest of the hour already fired, the first time round.
+        every time of that hour fired the first time round and none after it
+        has, so it is the hour's last second, read before the clocks went back.
         """
         local = instant.astimezone(self.zone)
         wall = local.replace(tzinfo=None, fold=0)
-        if local.fold:
-            first = local.replace(fold=0).utcoffset()
-            second = local.utcoffset()
-            assert first is not None and second is not None
-            wall += first - second
-        return wall
+        if not local.fold:
+            return wall
+        # The clocks went back between this reading's first occurrence and ``instant``.
+        back = self._change(local.replace(fold=0).astimezone(UTC), instant)
+        return (back - timedelta(seconds=1)).astimezone(self.zone).replace(tzinfo=None)
 
     def instant(self, wall: datetime) -> datetime:
         """The instant a naive wall-clock time in the zone fires at."""
@@ -164,17 +166,22 @@ class CronTimes:
         # offset before it after: the jump lies between.
         low = wall.replace(tzinfo=self.zone, fold=1).astimezone(UTC)
         high = wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
-        if low > high:
-            low, high = high, low
-        low_offset = low.astimezone(self.zone).utcoffset()
-        while high - low > timedelta(seconds=1):
-            mid = low + (high - low) / 2
-            mid = mid.replace(microsecond=0)
-            if mid.astimezone(self.zone).utcoffset() == low_offset:
-                low = mid
+        return self._change(min(low, high), max(low, high))
+
+    def _change(self, low: datetime, high: datetime) -> datetime:
+        """The instant the zone's offset changed, once, after ``low`` and by ``high``.
+
+        To the second, by bisection: ``zoneinfo`` answers offsets, not transitions.
+        """
+        offset = low.astimezone(self.zone).utcoffset()
+        lo, hi = math.floor(low.timestamp()), math.ceil(high.timestamp())
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if datetime.fromtimestamp(mid, self.zone).utcoffset() == offset:
+                lo = mid
             else:
-                high = mid
-        return high
+                hi = mid
+        return datetime.fromtimestamp(hi, UTC)
 
 
 def cron_times(expression: str, zone: str) -> CronTimes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
@@ -179,3 +180,105 @@ def test_a_year_of_missed_seconds_plans_in_milliseconds() -> None:
     assert time.perf_counter() - started < 0.5
     assert len([f for f in p.fires if f.catch_up]) == 100
     assert p.next_fire_at == u(2030, 1, 1, 0, 0, 1)
+
+
+# -- from any moment of a night the clocks change -------------------------------------------------
+
+#: The four 2026 transitions of Berlin and New York: (zone, the instant the clocks change).
+CHANGES = [
+    pytest.param("Europe/Berlin", u(2026, 3, 29, 1), id="berlin-spring-forward"),
+    pytest.param("Europe/Berlin", u(2026, 10, 25, 1), id="berlin-fall-back"),
+    pytest.param("America/New_York", u(2026, 3, 8, 7), id="new-york-spring-forward"),
+    pytest.param("America/New_York", u(2026, 11, 1, 6), id="new-york-fall-back"),
+]
+#: Fixed times in and just after either zone's changed hour, quarter-hours, minutes,
+#: and half a minute past every tenth (a six-field expression).
+EXPRESSIONS = [
+    "0 3 * * *",
+    "30 2 * * *",
+    "0,30 1-3 * * *",
+    "*/15 * * * *",
+    "* * * * *",
+    "30 */10 * * * *",
+]
+
+
+def day_around(change: datetime) -> list[datetime]:
+    """Every minute from 12 hours before ``change`` to 12 hours after."""
+    return [change + timedelta(minutes=m) for m in range(-12 * 60, 12 * 60 + 1)]
+
+
+def sequence(times: CronTimes, change: datetime) -> list[datetime]:
+    """The fire times around ``change``, walked from two days before it."""
+    return fires(times, change - timedelta(days=2), change + timedelta(days=2))
+
+
+@pytest.mark.parametrize(("zone", "change"), CHANGES)
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_from_any_moment_of_the_day_the_next_fire_is_the_next_in_the_sequence(
+    zone: str, change: datetime, expression: str
+) -> None:
+    """What adding, syncing, resuming and changing the times of a schedule compute at
+    ``now``: the first fire time after it, whichever pass of a repeated hour it is in;
+    and the fire times before it, which a misfire's catch-up reads."""
+    times = cron_times(expression, zone)
+    full = sequence(times, change)
+    wrong = []
+    for start in day_around(change):
+        expected = full[bisect.bisect_right(full, start)]
+        got = times.next_after(start)
+        if got != expected:
+            wrong.append((start, got, expected))
+        if abs(start - change) <= timedelta(hours=3):  # what a misfire reads (slower)
+            i = bisect.bisect_left(full, start)
+            assert times.latest_before(start, full[0], 2) == full[max(0, i - 2) : i], start
+    assert wrong == [], f"{len(wrong)} wrong, the first (start, got, expected): {wrong[:3]}"
+
+
+@pytest.mark.parametrize(("zone", "change"), CHANGES)
+@pytest.mark.parametrize("expression", ["0,30 1-3 * * *", "*/15 * * * *", "0 3 * * *"])
+def test_a_restart_at_any_moment_of_the_day_fires_the_missed_then_the_next_on_time(
+    zone: str, change: datetime, expression: str
+) -> None:
+    """A worker stopped, then started at ``now`` (``misfire="all"``): every fire time of
+    the sequence since the stop, those more than grace ago as catch-ups, and then the
+    first fire time after now."""
+    times = cron_times(expression, zone)
+    full = sequence(times, change)
+    grace = timedelta(seconds=60)
+    for i, now in enumerate(day_around(change)):
+        stopped = now - timedelta(minutes=1 + (i * 37) % 150)  # down from 1 to 150 minutes
+        first = bisect.bisect_right(full, stopped)
+        due = full[first : bisect.bisect_right(full, now)]
+        p = plan(times, full[first], now, misfire=Misfire.ALL, max_catch_up=1000, grace=grace)
+        expected = [Fire(t, catch_up=t < now - grace) for t in due]
+        assert list(p.fires) == expected, (stopped, now)
+        assert p.next_fire_at == full[first + len(due)], (stopped, now)
+
+
+@pytest.mark.parametrize(
+    ("expression", "start", "expected"),
+    [
+        # Added at 02:20 CET (the second pass): today's 03:00 CET, not tomorrow's.
+        ("0 3 * * *", u(2026, 10, 25, 1, 20), u(2026, 10, 25, 2)),
+        # Added at 02:20 CET: 03:00 CET, not 03:30.
+        ("*/15 * * * *", u(2026, 10, 25, 1, 20), u(2026, 10, 25, 2)),
+        # Added at 02:59:59 CET: 03:00 CET, a second later.
+        ("*/15 * * * *", u(2026, 10, 25, 1, 59, 59), u(2026, 10, 25, 2)),
+        # Added at 02:40 CEST (the first pass): 02:45 CEST, in the first pass.
+        ("*/15 * * * *", u(2026, 10, 25, 0, 40), u(2026, 10, 25, 0, 45)),
+    ],
+)
+def test_in_the_second_pass_of_the_repeated_hour_the_next_fire_is_the_first_after_it(
+    expression: str, start: datetime, expected: datetime
+) -> None:
+    assert cron_times(expression, "Europe/Berlin").next_after(start) == expected
+
+
+def test_stopped_in_the_first_pass_restarted_in_the_second_catches_up_then_fires_on_time() -> None:
+    times = cron_times("*/15 * * * *", "Europe/Berlin")
+    # Stopped at 02:40 CEST, due at 02:45 CEST; restarted at 02:50 CET.
+    p = plan(times, u(2026, 10, 25, 0, 45), u(2026, 10, 25, 1, 50), misfire=Misfire.LATEST,
+             max_catch_up=1)  # fmt: skip
+    assert p.fires == (Fire(u(2026, 10, 25, 0, 45), catch_up=True),)
+    assert p.next_fire_at == u(2026, 10, 25, 2)  # 03:00 CET
