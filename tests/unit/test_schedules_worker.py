@@ -3,6 +3,7 @@ the task's context, and the testing helper; all on a manual clock, none sleeping
 
 from __future__ import annotations
 
+import bisect
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from durablesched import (
     UnknownTaskNameError,
     Worker,
 )
+from durablesched.schedules.timing import cron_times, iter_fires
 from durablesched.testing import run_schedules_until
 
 from ..conftest import WAIT
@@ -184,3 +186,88 @@ def test_a_schedule_takes_its_tasks_queue_and_priority_unless_it_says() -> None:
     )
     own = registry.schedule("mail", name="urgent", every=60, queue="urgent", priority=50)
     assert (own.queue, own.priority) == ("urgent", 50)
+
+
+# -- nights the clocks change: a worker's start and restart --------------------------------------
+
+#: Both 2026 transitions of Berlin and New York: (zone, the instant the clocks change).
+NIGHTS = [
+    pytest.param("Europe/Berlin", datetime(2026, 3, 29, 1, tzinfo=UTC), id="berlin-spring"),
+    pytest.param("Europe/Berlin", datetime(2026, 10, 25, 1, tzinfo=UTC), id="berlin-fall"),
+    pytest.param("America/New_York", datetime(2026, 3, 8, 7, tzinfo=UTC), id="new-york-spring"),
+    pytest.param("America/New_York", datetime(2026, 11, 1, 6, tzinfo=UTC), id="new-york-fall"),
+]
+QUARTERS = "*/15 * * * *"
+GRACE = timedelta(seconds=60)
+
+
+def quarters(zone: str, change: datetime) -> list[datetime]:
+    """The quarter-hours' fire times around ``change``, walked from two days before it."""
+    times = cron_times(QUARTERS, zone)
+    return list(iter_fires(times, change - timedelta(days=2), change + timedelta(days=2)))
+
+
+@pytest.mark.parametrize(("zone", "change"), NIGHTS)
+def test_started_at_any_minute_of_a_night_the_clocks_change_the_next_fire_is_the_first_after(
+    zone: str, change: datetime
+) -> None:
+    """A worker started at any minute of the day around the change syncs the code's
+    schedule at its first pass: its next fire is the first of the sequence after then.
+    (The store's other ways to it: tests/contract/test_schedule_clock_changes.py.)"""
+    registry, _ = app()
+    registry.schedule("report", cron=QUARTERS, timezone=zone)
+    times = quarters(zone, change)
+    wrong = []
+    for m in range(-12 * 60, 12 * 60 + 1):
+        now = change + timedelta(minutes=m)
+        scheduler = Scheduler(MemoryStore(), registry=registry, clock=ManualClock(now))
+        assert Worker(scheduler).run_due() == 0
+        (info,) = scheduler.schedules()
+        if info.next_fire_at != times[bisect.bisect_right(times, now)]:
+            wrong.append((now, info.next_fire_at, times[bisect.bisect_right(times, now)]))
+    assert wrong == [], f"{len(wrong)} wrong (now, got, expected), the first: {wrong[:2]}"
+
+
+@pytest.mark.parametrize(("zone", "change"), NIGHTS)
+def test_restarted_at_any_minute_around_a_change_the_latest_missed_then_the_next_on_time(
+    zone: str, change: datetime
+) -> None:
+    """A worker stopped 1 to 150 minutes before a minute of the six hours around the
+    change, and another started then: the default policy runs the latest missed fire
+    time as a catch-up, then those on time; the next fire is the first after the start."""
+    registry, seen = app()
+    registry.schedule("report", cron=QUARTERS, timezone=zone)
+    times = quarters(zone, change)
+    wrong: list[tuple[Any, ...]] = []
+    for i, m in enumerate(range(-3 * 60, 3 * 60 + 1)):
+        now = change + timedelta(minutes=m)
+        stopped = now - timedelta(minutes=1 + (i * 37) % 150)
+        clock = ManualClock(stopped)
+        scheduler = Scheduler(MemoryStore(), registry=registry, clock=clock)
+        Worker(scheduler).run_due()
+        clock.set(now)
+        seen.clear()
+        Worker(scheduler).run_due()
+        due = times[bisect.bisect_right(times, stopped) : bisect.bisect_right(times, now)]
+        missed = [(t, True) for t in due if t < now - GRACE]
+        expected = missed[-1:] + [(t, False) for t in due if t >= now - GRACE]
+        if [s[1:3] for s in seen] != expected:
+            wrong.append((stopped, now, [s[1:3] for s in seen], expected))
+        (info,) = scheduler.schedules()
+        if info.next_fire_at != times[bisect.bisect_right(times, now)]:
+            wrong.append((stopped, now, info.next_fire_at, times[bisect.bisect_right(times, now)]))
+    assert wrong == [], f"{len(wrong)} wrong (stopped, now, got, expected), the first: {wrong[:2]}"
+
+
+def test_stopped_in_the_first_pass_and_started_in_the_second_it_fires_at_three_cet() -> None:
+    """Issue 27's case: a */15 schedule's worker stopped at 02:40 CEST, one started at
+    02:50 CET runs 02:45 CEST as a catch-up; the next fire is 03:00 CET, not 04:00."""
+    registry, seen = app()
+    registry.schedule("report", cron=QUARTERS, timezone="Europe/Berlin")
+    clock = ManualClock(datetime(2026, 10, 25, 0, 40, tzinfo=UTC))
+    scheduler = Scheduler(MemoryStore(), registry=registry, clock=clock)
+    Worker(scheduler).run_due()
+    clock.set(datetime(2026, 10, 25, 1, 50, tzinfo=UTC))
+    assert Worker(scheduler).run_due() == 1
+    assert [s[1:3] for s in seen] == [(datetime(2026, 10, 25, 0, 45, tzinfo=UTC), True)]
+    assert scheduler.schedules()[0].next_fire_at == datetime(2026, 10, 25, 2, tzinfo=UTC)
