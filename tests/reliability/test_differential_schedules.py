@@ -6,7 +6,12 @@ advances across misfires and daylight-saving nights, fires, and claims and
 completions of the tasks made (which decide overlap skips), against both stores
 in lockstep. Every call must answer alike, and after every step the stored
 schedules, the next fire time and every task must be identical; no (schedule,
-fire time) may ever make two tasks.
+fire time) may ever make two tasks. As both stores work out fire times with the
+same code, the machine also keeps, for each schedule, the moment its next fire
+time was last worked out (added, its times changed, resumed, fired), and checks
+it is the first fire time after that moment, walked from days before: from the
+second pass of a repeated hour too. It starts shortly before one of the 2026
+clock changes of Berlin or New York, either way.
 
 Apart from ``test_differential.py`` (the tasks' machine), whose helpers it uses.
 """
@@ -20,7 +25,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from sqlalchemy import text
 
 from durablesched import (
@@ -30,15 +41,24 @@ from durablesched import (
     ScheduleNotFoundError,
     SQLiteStore,
 )
-from durablesched.schedules.declaration import Schedule, schedule
+from durablesched.schedules.declaration import Schedule, ScheduleInfo, ScheduleStatus, schedule
+from durablesched.schedules.timing import CronTimes, iter_fires
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.store import SQLStore
 
 from .test_differential import SOAK, _fresh_db
 
 LEASE = timedelta(seconds=30)
-#: Just before the Berlin fall-back night of 2026: cron schedules cross it.
-START = datetime(2026, 10, 24, 23, 0, tzinfo=UTC)
+#: The 2026 clock changes of Berlin and New York, back and forward.
+CHANGES = [
+    datetime(2026, 10, 25, 1, 0, tzinfo=UTC),  # Berlin, back: 03:00 CEST is 02:00 CET
+    datetime(2026, 3, 29, 1, 0, tzinfo=UTC),  # Berlin, forward: 02:00 CET is 03:00 CEST
+    datetime(2026, 11, 1, 6, 0, tzinfo=UTC),  # New York, back: 02:00 EDT is 01:00 EST
+    datetime(2026, 3, 8, 7, 0, tzinfo=UTC),  # New York, forward: 02:00 EST is 03:00 EDT
+]
+#: Where a run starts: an hour before a change, or 20 minutes after it (in the second
+#: pass of a repeated hour, or just after a skipped one).
+STARTS = [c + timedelta(minutes=m) for c in CHANGES for m in (-60, 20)]
 
 NAMES = ["a", "b", "c"]
 TIMINGS: list[dict[str, Any]] = [
@@ -46,7 +66,9 @@ TIMINGS: list[dict[str, Any]] = [
     {"every": 900},
     {"cron": "*/20 * * * *", "timezone": "Europe/Berlin"},
     {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+    {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
     {"cron": "0 * * * *", "timezone": "America/New_York"},
+    {"cron": "*/15 * * * *", "timezone": "America/New_York"},
 ]
 
 
@@ -83,9 +105,15 @@ def outcome(call: Any) -> Any:
 class SchedulesAgree(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.clock = ManualClock(START)
+        self.clock = ManualClock(STARTS[0])
         self.memory = MemoryStore(compact_min=4)
         self.sql = self.make_sql()
+        #: Per schedule, the moment its next fire time was last worked out.
+        self.worked_out: dict[str, datetime] = {}
+
+    @initialize(start=st.sampled_from(STARTS))
+    def start(self, start: datetime) -> None:
+        self.clock = ManualClock(start)
 
     def make_sql(self) -> SQLStore:
         self.path = _fresh_db()
@@ -96,10 +124,29 @@ class SchedulesAgree(RuleBasedStateMachine):
         shutil.rmtree(self.path.parent, ignore_errors=True)
 
     def both(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        before = {i.schedule.name: i for i in self.memory.list_schedules()}
         a = outcome(lambda: getattr(self.memory, method)(*args, **kwargs))
         b = outcome(lambda: getattr(self.sql, method)(*args, **kwargs))
         assert a == b, f"{method}{args}: memory {a!r} != {self.sql.dialect.name} {b!r}"
+        self.note_worked_out(method, before)
         return a
+
+    def note_worked_out(self, method: str, before: dict[str, ScheduleInfo]) -> None:
+        """The schedules whose next fire time ``method`` worked out now, by
+        docs/schedules.md: one added, one whose times changed, one resumed, one fired."""
+        now = self.clock.now()
+        for info in self.memory.list_schedules():
+            old = before.get(info.schedule.name)
+            if old is None or not info.schedule.same_timing(old.schedule):
+                worked_out = True  # added (or added again after a removal), times changed
+            elif method == "pause_schedule":
+                worked_out = old.status != ScheduleStatus.ACTIVE == info.status  # resumed
+            elif method == "fire_schedules":
+                worked_out = info.next_fire_at != old.next_fire_at  # fired: always moves on
+            else:
+                worked_out = False
+            if worked_out:
+                self.worked_out[info.schedule.name] = now
 
     # -- rules ----------------------------------------------------------------------------------
 
@@ -155,6 +202,18 @@ class SchedulesAgree(RuleBasedStateMachine):
         assert self.memory.list_schedules() == self.sql.list_schedules()
         assert self.memory.next_fire_time() == self.sql.next_fire_time()
         assert self.memory.list_tasks(limit=10_000) == self.sql.list_tasks(limit=10_000)
+
+    @invariant()
+    def next_fire_is_the_first_after_it_was_worked_out(self) -> None:
+        for info in self.memory.list_schedules():
+            since = self.worked_out[info.schedule.name]
+            times = info.schedule.times()
+            if isinstance(times, CronTimes):  # walked from days before: no clock change near
+                walked = iter_fires(times, since - timedelta(days=3), since + timedelta(days=3))
+                expected = next(t for t in walked if t > since)
+            else:
+                expected = times.next_after(since)
+            assert info.next_fire_at == expected, (info.schedule.name, since, info)
 
     @invariant()
     def one_task_per_fire(self) -> None:
