@@ -282,3 +282,19 @@ def test_stopped_in_the_first_pass_restarted_in_the_second_catches_up_then_fires
              max_catch_up=1)  # fmt: skip
     assert p.fires == (Fire(u(2026, 10, 25, 0, 45), catch_up=True),)
     assert p.next_fire_at == u(2026, 10, 25, 2)  # 03:00 CET
+
+
+@pytest.mark.parametrize(
+    ("zone", "change"),
+    [
+        pytest.param("Australia/Lord_Howe", u(2026, 4, 4, 15), id="lord-howe-back-half-an-hour"),
+        pytest.param("Antarctica/Troll", u(2026, 10, 25, 1), id="troll-back-two-hours"),
+    ],
+)
+def test_a_repeated_half_hour_or_two_hours_the_same(zone: str, change: datetime) -> None:
+    """Not every repeated stretch is an hour: the next fire from any minute of it and
+    around it is still the next of the sequence."""
+    times = cron_times("*/15 * * * *", zone)
+    full = sequence(times, change)
+    for start in [change + timedelta(minutes=m) for m in range(-3 * 60, 3 * 60 + 1)]:
+        assert times.next_after(start) == full[bisect.bisect_right(full, start)], start
