@@ -8,8 +8,8 @@ thread and one watcher, however many handles wait), never by reading in a loop.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Generator
+from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
 from durablesched.errors import (
@@ -25,9 +25,9 @@ from durablesched.waiting import Waiter, Waiters
 
 R = TypeVar("R")
 
-#: The names of the threads a worker runs tasks on (``durablesched-task_N``, and the
-#: event loop of ``async def`` tasks): a handle refuses to wait on them.
-TASK_THREADS = ("durablesched-task_", "durablesched-asyncio")
+#: True while the thread (or coroutine) runs a task's attempt: set by the worker, read
+#: by a handle, which refuses to wait there (:class:`~durablesched.WaitInTaskError`).
+RUNNING_TASK: ContextVar[bool] = ContextVar("durablesched_running_task", default=False)
 
 
 class HandleOwner(Protocol):
@@ -113,11 +113,11 @@ class TaskHandle(Generic[R]):
         try:
             async with asyncio.timeout(timeout):
                 record = await waiter.future
-        except TimeoutError:
-            raise TimeoutError(_timed_out(self.id, timeout)) from None
-        finally:
-            if not waiter.future.done():
-                waiters.discard(self.id, waiter)
+        except BaseException as e:  # timed out, or the awaiting coroutine was cancelled
+            waiters.discard(self.id, waiter)  # nothing if it was delivered meanwhile
+            if isinstance(e, TimeoutError):
+                raise TimeoutError(_timed_out(self.id, timeout)) from None
+            raise
         result: R = _outcome(self.id, record)
         return result
 
@@ -170,7 +170,7 @@ def _timed_out(task_id: int, timeout: float | None) -> str:
 
 
 def _refuse_in_task(handle: TaskHandle[Any]) -> None:
-    if threading.current_thread().name.startswith(TASK_THREADS):
+    if RUNNING_TASK.get():
         raise WaitInTaskError(
             f"waiting on {handle!r} inside a running task is refused: the waiting "
             "task would hold its worker slot, and a worker whose every slot waits on "

@@ -429,9 +429,10 @@ class NotifyWatcher:
                 if self._conn is None:
                     self._conn = self._listen()
                     missed = True  # we may have missed some while away
-                for note in self._conn.notifies(timeout=self._TICK, stop_after=1):
-                    payloads.append(note.payload)
-                    # Take what else has arrived too, without waiting for more.
+                payloads.extend(
+                    n.payload for n in self._conn.notifies(timeout=self._TICK, stop_after=1)
+                )
+                if payloads:  # take what else has arrived too, without waiting for more
                     payloads.extend(n.payload for n in self._conn.notifies(timeout=0))
             except Exception as e:  # the connection broke: reopen it
                 if self._closed.is_set():

@@ -174,9 +174,9 @@ class SQLStore(Transactions):
         with self._read("reading which tasks finished") as conn:
             for start in range(0, len(wanted), _IDS_PER_READ):
                 chunk = wanted[start : start + _IDS_PER_READ]
-                states: dict[int, str] = dict(
-                    conn.execute(SQL_STATES, {"ids": chunk}).tuples().all()
-                )
+                states: dict[int, str] = {
+                    r.id: r.state for r in conn.execute(SQL_STATES, {"ids": chunk})
+                }
                 done = [i for i in chunk if i in states and TaskState(states[i]) in TERMINAL]
                 found.update((i, None) for i in chunk if i not in states)
                 if done:
