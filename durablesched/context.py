@@ -21,7 +21,7 @@ from durablesched.errors import (
 )
 from durablesched.handles import TaskHandle
 from durablesched.records import Claim, Environment, NewTask
-from durablesched.registry import ContextArg, Task
+from durablesched.registry import Task
 from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
@@ -258,14 +258,14 @@ class TaskContext:
     @overload
     def enqueue(
         self,
-        task: Task[Concatenate[ContextArg, Q], Coroutine[Any, Any, S]],
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
         /,
         *args: Q.args,
         **kwargs: Q.kwargs,
     ) -> TaskHandle[S]: ...
     @overload
     def enqueue(
-        self, task: Task[Concatenate[ContextArg, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
     ) -> TaskHandle[S]: ...
     @overload
     def enqueue(

@@ -22,7 +22,7 @@ from durablesched.records import (
     TaskRecord,
     WorkerInfo,
 )
-from durablesched.registry import ContextArg, Task, TaskCall, TaskRegistry
+from durablesched.registry import Task, TaskCall, TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
@@ -32,6 +32,10 @@ from durablesched.waiting import Waiters
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    # The overloads' context parameter only: a type checker matches the class itself
+    # there (the registry's ContextArg protocol does not match an argument's type).
+    from durablesched.context import TaskContext
 
 #: A typed task's arguments and result (see :meth:`Scheduler.enqueue`).
 Q = ParamSpec("Q")
@@ -69,14 +73,14 @@ class Scheduler:
     @overload
     def enqueue(
         self,
-        task: Task[Concatenate[ContextArg, Q], Coroutine[Any, Any, S]],
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
         /,
         *args: Q.args,
         **kwargs: Q.kwargs,
     ) -> TaskHandle[S]: ...
     @overload
     def enqueue(
-        self, task: Task[Concatenate[ContextArg, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
     ) -> TaskHandle[S]: ...
     @overload
     def enqueue(
@@ -212,14 +216,14 @@ class Scheduler:
     @overload
     async def aenqueue(
         self,
-        task: Task[Concatenate[ContextArg, Q], Coroutine[Any, Any, S]],
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
         /,
         *args: Q.args,
         **kwargs: Q.kwargs,
     ) -> TaskHandle[S]: ...
     @overload
     async def aenqueue(
-        self, task: Task[Concatenate[ContextArg, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
     ) -> TaskHandle[S]: ...
     @overload
     async def aenqueue(
