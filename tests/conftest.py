@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +38,20 @@ WAIT = 10.0
 BACKENDS = ["memory", "sqlite", "postgres"]
 #: The PostgreSQL server the tests use; each test gets a schema of its own in it.
 PG_URL = os.environ.get("DURABLESCHED_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def database_image(path: Path) -> bytes | None:
+    """A SQLite file's content as SQLite reads it, WAL included (None: no such file).
+
+    Tests compare images to show that a refused command changed nothing. They never read
+    the file with ``open()``: closing that descriptor would drop every lock this process's
+    SQLite connections hold on it (docs/durability.md, "Only SQLite opens the file").
+    """
+    if not path.exists():
+        return None
+    uri = f"file:{quote(str(path), safe='/')}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True)) as connection:
+        return connection.serialize()
 
 
 def at(seconds: float) -> datetime:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.db import connections
 from sqlalchemy import text
 
 from durablesched.contrib.django.database import close_stores, store_for
 
+#: The repository: a worker process started by a test imports the test project from it.
+ROOT = Path(__file__).resolve().parents[1]
 #: Every bounded wait, in seconds.
 WAIT = 60.0
 
@@ -35,6 +39,20 @@ def alias(request: pytest.FixtureRequest) -> Iterator[str]:
             conn.execute(text(f"DELETE FROM {table}"))
     yield alias
     close_stores()
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a worker process started by a test: the test databases."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests_django.settings",
+        "PYTHONPATH": str(ROOT),
+        # The worker opens the test databases, not the ones the settings would name.
+        "DURABLESCHED_DJANGO_SQLITE": connections["default"].settings_dict["NAME"],
+        "DURABLESCHED_DJANGO_PG": connections["pg"].settings_dict["NAME"]
+        if "pg" in connections
+        else "",
+    }
 
 
 def work(alias: str, *args: Any) -> None:

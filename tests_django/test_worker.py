@@ -25,7 +25,7 @@ from django.utils import timezone
 from durablesched import InvalidTaskError
 from durablesched.contrib.django import durable
 from durablesched.contrib.django.database import store_for
-from tests_django.conftest import WAIT, work
+from tests_django.conftest import ROOT, WAIT, work, worker_env
 from tests_django.testapp.tasks import (
     add,
     async_add,
@@ -40,8 +40,6 @@ from tests_django.testapp.tasks import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_worker_runs_a_task_and_the_result_says_so(alias: str) -> None:
@@ -250,22 +248,9 @@ def test_signals_are_sent_and_finished_only_after_the_commit(
     ]
 
 
-def _worker_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests_django.settings",
-        "PYTHONPATH": str(ROOT),
-        # The worker opens the test databases, not the ones the settings would name.
-        "DURABLESCHED_DJANGO_SQLITE": connections["default"].settings_dict["NAME"],
-        "DURABLESCHED_DJANGO_PG": connections["pg"].settings_dict["NAME"]
-        if "pg" in connections
-        else "",
-    }
-
-
 def test_the_command_runs_as_its_own_process(alias: str) -> None:
     results = [add.using(backend=alias).enqueue(n, n) for n in range(5)]
-    env = _worker_env()
+    env = worker_env()
     done = subprocess.run(
         [sys.executable, "-m", "django", "durablesched_worker", "--burst", "--backend", alias],
         env=env,
@@ -300,7 +285,7 @@ def test_a_signal_lets_the_running_task_finish_and_starts_nothing_new(
     worker = subprocess.Popen(
         [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias,
          "--concurrency", "1"],
-        env=_worker_env(),
+        env=worker_env(),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -343,7 +328,7 @@ def _read_so_far(process: subprocess.Popen[str]) -> str:
 def _start_worker(alias: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "django", "durablesched_worker", "--backend", alias, *args],
-        env=_worker_env(),
+        env=worker_env(),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

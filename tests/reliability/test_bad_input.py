@@ -22,7 +22,7 @@ from durablesched import DurableSchedError, InvalidTaskError, ManualClock, Sched
 from durablesched.cli.main import main
 from durablesched.cli.parser import build_parser
 
-from ..conftest import T0
+from ..conftest import T0, database_image
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
 weird = st.one_of(
@@ -254,13 +254,9 @@ def command_lines(draw: st.DrawFn, other_db: str) -> list[str]:
     return argv
 
 
-def snapshot(db: Path) -> tuple[bytes | None, bytes | None]:
-    """The database file and its write-ahead log, as bytes (None: absent)."""
-
-    def read(path: Path) -> bytes | None:
-        return path.read_bytes() if path.exists() else None
-
-    return read(db), read(Path(f"{db}-wal"))
+def snapshot(db: Path) -> bytes | None:
+    """The database as SQLite reads it, its write-ahead log included (None: absent)."""
+    return database_image(db)
 
 
 @pytest.fixture

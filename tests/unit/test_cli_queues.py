@@ -10,6 +10,7 @@ import pytest
 
 from durablesched import SQLiteStore
 
+from ..conftest import database_image
 from .test_cli_edges import Run, usage_error
 
 APP = "tests.unit.cli_app"
@@ -85,9 +86,9 @@ def test_bad_queue_input_is_one_line_and_exit_2_and_changes_nothing(
     run: Run, db: Path, argv: list[str], names: str
 ) -> None:
     assert run("migrate").code == 0
-    before = db.read_bytes()
+    before = database_image(db)
     usage_error(run(*argv), names)
-    assert db.read_bytes() == before
+    assert database_image(db) == before
 
 
 def test_submit_places_tasks_and_ls_filters_by_queue(run: Run, db: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from durablesched import ManualClock, Scheduler, SQLiteStore, TaskRegistry, Worker
 
+from ..conftest import database_image
 from .test_cli_edges import APP, Run, db, run
 
 __all__ = ["db", "run"]  # the fixtures, used by name
@@ -75,22 +76,22 @@ def test_bad_input_exits_2_in_one_line_and_changes_nothing(
     run: Run, db: Path, options: tuple[str, ...], words: str
 ) -> None:
     assert run(*ADD, "--every", "1h").code == 0
-    before = db.read_bytes()
+    before = database_image(db)
     task = () if "--task" in options else ("--task", "add")
     args = () if "--args" in options else ("--args", '{"a": 1, "b": 2}')
     result = run("schedule", "add", "other", "--app", APP, *task, *args, *options)
     assert result.code == 2, result
     assert len(result.err.splitlines()) == 1 and words in result.err, result.err
-    assert db.read_bytes() == before
+    assert database_image(db) == before
 
 
 def test_a_name_taken_with_other_settings_exits_2_and_changes_nothing(run: Run, db: Path) -> None:
     assert run(*ADD, "--every", "1h").code == 0
-    before = db.read_bytes()
+    before = database_image(db)
     result = run(*ADD, "--every", "2h")
     assert result.code == 2
     assert "'nightly' exists with other settings" in result.err
-    assert db.read_bytes() == before
+    assert database_image(db) == before
 
 
 def test_add_needs_an_app_and_ls_no_name(run: Run) -> None:

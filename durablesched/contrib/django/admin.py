@@ -10,7 +10,7 @@ is one, else the first that is).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -30,6 +30,14 @@ def queue_database() -> str:
     return chosen.database if chosen is not None else "default"
 
 
+if TYPE_CHECKING:  # the admin's classes are generic to the type checker only
+    EventInline = admin.TabularInline[TaskEvent, Task]
+    TaskModelAdmin = admin.ModelAdmin[Task]
+else:
+    EventInline = admin.TabularInline
+    TaskModelAdmin = admin.ModelAdmin
+
+
 class ReadOnly:
     """No add, change or delete: view only."""
 
@@ -43,7 +51,7 @@ class ReadOnly:
         return False
 
 
-class TaskEventInline(ReadOnly, admin.TabularInline):  # type: ignore[misc]
+class TaskEventInline(ReadOnly, EventInline):
     model = TaskEvent
     fk_name = "task"
     extra = 0
@@ -58,7 +66,7 @@ class TaskEventInline(ReadOnly, admin.TabularInline):  # type: ignore[misc]
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnly, admin.ModelAdmin):  # type: ignore[misc]
+class TaskAdmin(ReadOnly, TaskModelAdmin):
     list_display = ("id", "name", "state", "queue", "priority", "attempts", "due_at", "finished_at")
     list_filter = ("state", "queue", "name")
     search_fields = ("name", "idempotency_key")
@@ -93,8 +101,9 @@ class TaskAdmin(ReadOnly, admin.ModelAdmin):  # type: ignore[misc]
     def errors(self, task: Task) -> str:
         failed = task.events.using(queue_database()).filter(error__isnull=False).order_by("id")
         rows = [
-            (e.attempt, e.error.get("type", ""), e.error.get("traceback") or e.error.get("message"))
+            (e.attempt, error.get("type", ""), error.get("traceback") or error.get("message"))
             for e in failed
+            if (error := e.error) is not None  # the filter's promise, to the type checker
         ]
         if not rows and task.last_error:
             error = task.last_error

@@ -10,7 +10,7 @@ store, so a task enqueued in a block that has not committed yet is not found.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
@@ -28,6 +28,9 @@ from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.scheduler import Scheduler
 from durablesched.store.durability import DURABILITIES
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 #: What OPTIONS may hold, and what each is (docs/django.md).
 OPTION_NAMES = ("database", "durability", "retry", "task_modules", "tasks", "timeout")
 #: The keys of OPTIONS["retry"]: RetryPolicy's fields (delays in seconds).
@@ -36,7 +39,7 @@ RETRY_NAMES = ("max_attempts", "initial", "multiplier", "maximum", "jitter")
 TASK_OPTION_NAMES = ("retry", "timeout")
 
 
-class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is untyped
+class DurableSchedBackend(BaseTaskBackend):
     """A Django Tasks backend storing tasks in durablesched's tables in a Django database.
 
     ``OPTIONS``: ``database`` (the Django database alias, default "default"),
@@ -92,7 +95,9 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
             self._scheduler = Scheduler(store, clock=SystemClock())
         return self._scheduler
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(
+        self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[P, R]:
         self.validate_task(task)
         self.tasks.check(task)
         scheduler = self.scheduler
@@ -111,7 +116,7 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
             priority=task.priority,
             connection=raw,
         )
-        result = TaskResult(
+        result: TaskResult[P, R] = TaskResult(
             task=task,
             id=str(submitted.task_id),
             status=TaskResultStatus.READY,
@@ -128,7 +133,7 @@ class DurableSchedBackend(BaseTaskBackend):  # type: ignore[misc]  # Django is u
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: Any) -> TaskResult:
+    def get_result(self, result_id: Any) -> TaskResult[..., Any]:
         task_id = _task_id(result_id)
         scheduler = self.scheduler
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from importlib import import_module
+from typing import Any
 
 from django.apps import apps
 from django.tasks import Task
@@ -25,7 +26,7 @@ class ProjectTasks:
     def __init__(self, alias: str, extra_modules: Iterable[str] = ()) -> None:
         self.alias = alias
         self.extra_modules = tuple(extra_modules)
-        self._tasks: dict[str, Task] | None = None
+        self._tasks: dict[str, Task[..., Any]] | None = None
         self._lock = threading.Lock()
 
     def _modules(self) -> Iterator[str]:
@@ -34,8 +35,8 @@ class ProjectTasks:
                 yield f"{config.name}.tasks"
         yield from self.extra_modules
 
-    def _find(self) -> dict[str, Task]:
-        found: dict[str, Task] = {}
+    def _find(self) -> dict[str, Task[..., Any]]:
+        found: dict[str, Task[..., Any]] = {}
         for name in self._modules():
             module = import_module(name)
             for value in vars(module).values():
@@ -46,16 +47,16 @@ class ProjectTasks:
         return found
 
     @property
-    def by_path(self) -> dict[str, Task]:
+    def by_path(self) -> dict[str, Task[..., Any]]:
         with self._lock:
             if self._tasks is None:
                 self._tasks = self._find()
             return self._tasks
 
-    def get(self, path: str) -> Task | None:
+    def get(self, path: str) -> Task[..., Any] | None:
         return self.by_path.get(path)
 
-    def check(self, task: Task) -> None:
+    def check(self, task: Task[..., Any]) -> None:
         """InvalidTask unless a worker of this backend would find ``task``."""
         known = self.get(task.module_path)
         if known is None or known.func is not task.func:

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import models
 
 
-class Task(models.Model):  # type: ignore[misc]  # Django is untyped
+class Task(models.Model):
     """A row of ``tasks``: one task, as durablesched stores it."""
 
     id = models.BigIntegerField(primary_key=True)
@@ -47,7 +47,7 @@ class Task(models.Model):  # type: ignore[misc]  # Django is untyped
         return f"task {self.id} ({self.name})"
 
 
-class TaskEvent(models.Model):  # type: ignore[misc]  # Django is untyped
+class TaskEvent(models.Model):
     """A row of ``task_events``: one line of a task's history."""
 
     id = models.BigIntegerField(primary_key=True)

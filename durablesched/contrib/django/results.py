@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
@@ -43,8 +44,8 @@ STATUS = {
 
 
 def task_result(
-    task: Task, record: TaskRecord, history: list[TaskEvent], backend: str
-) -> TaskResult:
+    task: Task[..., Any], record: TaskRecord, history: list[TaskEvent], backend: str
+) -> TaskResult[..., Any]:
     """``record`` (with its ``history``) as Django sees a result of ``task``."""
     attempts = attempts_from_history(history)
     status = STATUS[record.state]
@@ -77,7 +78,7 @@ def task_result(
     return result
 
 
-def first_claim_result(task: Task, claim: Claim, backend: str) -> TaskResult:
+def first_claim_result(task: Task[..., Any], claim: Claim, backend: str) -> TaskResult[..., Any]:
     """The result :func:`task_result` would read for a task of ``task`` (as enqueued:
     :func:`as_enqueued`) just claimed for the first time (``claim.fence == 1``: its
     history is its submission and this claim, so no earlier worker or error)."""
@@ -101,8 +102,8 @@ def first_claim_result(task: Task, claim: Claim, backend: str) -> TaskResult:
 
 
 def finished_result(
-    started: TaskResult, outcome: Outcome, state: TaskState, at: datetime
-) -> TaskResult:
+    started: TaskResult[..., Any], outcome: Outcome, state: TaskState, at: datetime
+) -> TaskResult[..., Any]:
     """The result :func:`task_result` would read once the attempt that began as
     ``started`` (the task RUNNING, this attempt its last) has committed ``outcome``,
     leaving the task in the final ``state`` at ``at``: no later claim can exist."""
@@ -130,7 +131,7 @@ def finished_result(
     return result
 
 
-def as_enqueued(task: Task, priority: int, queue: str, backend: str) -> Task:
+def as_enqueued(task: Task[..., Any], priority: int, queue: str, backend: str) -> Task[..., Any]:
     """``task`` as it was enqueued: on the backend whose store holds the row (so that
     ``refresh()`` reads it there), with the row's priority and queue (if the settings
     changed since and refuse them, the task as defined on that backend will do)."""

@@ -42,12 +42,12 @@ FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 
 
 #: The attempt running on this thread: Django's context given to the task, and ours.
-_RUNNING: ContextVar[tuple[TaskContext, DurableContext] | None] = ContextVar(
+_RUNNING: ContextVar[tuple[TaskContext[..., Any], DurableContext] | None] = ContextVar(
     "durablesched_django_attempt", default=None
 )
 
 
-def durable(context: TaskContext) -> DurableContext:
+def durable(context: TaskContext[..., Any]) -> DurableContext:
     """durablesched's own context of the attempt Django's ``context`` belongs to.
 
     Call it in a ``takes_context=True`` task, with the context it was given, to
@@ -72,9 +72,9 @@ class DjangoTasks:
         self.backend = backend
         #: The result task_started was sent with, per running attempt (task id, fence),
         #: until its outcome commits: what task_finished's result is built from.
-        self._started: dict[tuple[int, int], TaskResult] = {}
+        self._started: dict[tuple[int, int], TaskResult[..., Any]] = {}
         #: Each task as enqueued with a priority and queue (Task.using validates: slow).
-        self._enqueued: dict[tuple[str, int, str], Task] = {}
+        self._enqueued: dict[tuple[str, int, str], Task[..., Any]] = {}
         self.registry = TaskRegistry(default_retry=backend.retry)
         found = backend.tasks.by_path
         unknown = sorted(set(backend.task_options) - set(found))
@@ -92,7 +92,7 @@ class DjangoTasks:
                 timeout=backend.timeout_for(path),
             )
 
-    def started(self, task: Task, claim: Claim) -> TaskResult:
+    def started(self, task: Task[..., Any], claim: Claim) -> TaskResult[..., Any]:
         """The result of the attempt ``claim`` starts, as ``get_result`` would read it now;
         kept for :meth:`after_commit`. Read only for a task claimed before."""
         backend = self.backend
@@ -109,7 +109,7 @@ class DjangoTasks:
         self._started[claim.task_id, claim.fence] = result
         return result
 
-    def _runner(self, task: Task) -> Callable[..., Any]:
+    def _runner(self, task: Task[..., Any]) -> Callable[..., Any]:
         backend = self.backend
         started = self.started
 

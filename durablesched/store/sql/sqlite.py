@@ -199,7 +199,6 @@ SQLITE = SQLDialect(
 
 #: PRAGMA synchronous per durability mode (see docs/durability.md).
 SYNCHRONOUS: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
-SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds SQLite's own busy handler waits before our retry loop takes over.
 LOCK_WAIT = 5.0
 #: Bytes of WAL a checkpoint leaves on disk (``PRAGMA journal_size_limit``), and the
@@ -207,40 +206,30 @@ LOCK_WAIT = 5.0
 WAL_LIMIT = 64 * 2**20
 
 
-#: SQLite connections of this process, by the (device, inode) of their file. POSIX drops
-#: every lock a process holds on a file when the process closes *any* descriptor of it,
-#: so reading a header with open/read/close while one of these holds SQLite's SHARED lock
-#: would let another process take EXCLUSIVE and, as the last connection, delete the WAL
-#: under us. SQLite's own descriptors avoid this; ours must too.
-_OPEN_CONNECTIONS: dict[int, tuple[int, int]] = {}
-_OPEN_CONNECTIONS_LOCK = threading.Lock()
-
-
-def _count_connection(path: Path, dbapi_connection: Any) -> None:
-    try:
-        st = path.stat()
-    except OSError:
-        return
-    with _OPEN_CONNECTIONS_LOCK:
-        _OPEN_CONNECTIONS[id(dbapi_connection)] = (st.st_dev, st.st_ino)
-
-
-def _forget_connection(dbapi_connection: Any) -> None:
-    with _OPEN_CONNECTIONS_LOCK:
-        _OPEN_CONNECTIONS.pop(id(dbapi_connection), None)
-
-
 def _check_header(path: Path) -> None:
-    """Refuse a file that is not SQLite's, without touching one a connection here holds."""
-    st = path.stat()
-    if not st.st_size:
-        return
-    with _OPEN_CONNECTIONS_LOCK:  # held while reading: no connection of ours opens meanwhile
-        if (st.st_dev, st.st_ino) in _OPEN_CONNECTIONS.values():
-            return  # read when that connection's engine was made; reading would drop its locks
-        with path.open("rb") as fh:
-            if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                raise SchemaError(f"{path} is not a SQLite database")
+    """Refuse a file that is not SQLite's, asking SQLite itself.
+
+    Never with ``open()``: POSIX drops every lock a process holds on a file when the
+    process closes *any* descriptor of it, including the locks of connections this
+    library did not open (Django's, the caller's own ``sqlite3``). Another process could
+    then take EXCLUSIVE and, as the last connection, delete the WAL under them: their
+    later commits go to a deleted file. SQLite keeps a closed descriptor open while
+    another connection of the process holds a lock on the same file, so a connection
+    of its own is the one safe way to look.
+    """
+    uri = f"file:{quote(str(path), safe='/')}?mode=ro"
+    try:
+        probe = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT)
+    except sqlite3.Error:
+        return  # cannot even open it: the engine's own connection says why
+    try:
+        probe.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_NOTADB:
+            raise SchemaError(f"{path} is not a SQLite database") from None
+        # Busy, locked or unreadable: not this check's question.
+    finally:
+        probe.close()
 
 
 def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
@@ -305,18 +294,6 @@ def create_sqlite_engine(
     path = _file_path(engine)
 
     if path is not None:
-
-        @event.listens_for(engine, "connect")
-        def _counted(dbapi_connection: Any, _record: Any) -> None:
-            _count_connection(path, dbapi_connection)
-
-        @event.listens_for(engine, "close")
-        def _closed(dbapi_connection: Any, _record: Any) -> None:
-            _forget_connection(dbapi_connection)
-
-        @event.listens_for(engine, "close_detached")
-        def _closed_detached(dbapi_connection: Any) -> None:
-            _forget_connection(dbapi_connection)
 
         @event.listens_for(engine, "do_connect")
         def _open_existing(

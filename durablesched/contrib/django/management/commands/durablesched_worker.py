@@ -26,7 +26,7 @@ from durablesched.worker.options import UNKNOWN_TASKS
 log = logging.getLogger("durablesched.cli")
 
 
-class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
+class Command(BaseCommand):
     help = "Run the project's tasks with durablesched's worker until a signal (or idle, --burst)."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
