@@ -51,7 +51,7 @@ from durablesched.store.sql.statements import (
     SUBMITTED_EVENTS,
     sql_live_queue_counts,
 )
-from durablesched.store.sql.store import SQLStore
+from durablesched.store.sql.store import ChangesAsFinishes, SQLStore
 from durablesched.store.sql.translate import translated
 from durablesched.store.sql.urls import sqlite_url
 
@@ -434,6 +434,11 @@ class SQLiteStore(SQLStore):
 
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
+
+    def watch_finished(self) -> ChangesAsFinishes:
+        """The change watcher: SQLite cannot say what a commit did, so every commit by
+        another connection (in this process or another) may have finished a task."""
+        return ChangesAsFinishes(self.watch_changes())
 
 
 class WalLimit:
