@@ -29,10 +29,13 @@ from .errors import SchemaError as SchemaError
 from .errors import SchemaMissingError as SchemaMissingError
 from .errors import StoreError as StoreError
 from .errors import TaskCancelled as TaskCancelled
+from .errors import TaskFailed as TaskFailed
 from .errors import TaskNotFoundError as TaskNotFoundError
 from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
+from .errors import WaitInTaskError as WaitInTaskError
+from .handles import TaskHandle as TaskHandle
 from .queues import QueueInfo as QueueInfo
 from .queues import QueueLimits as QueueLimits
 from .queues import Rate as Rate
@@ -47,6 +50,9 @@ from .records import Submitted as Submitted
 from .records import TaskEvent as TaskEvent
 from .records import TaskRecord as TaskRecord
 from .records import WorkerInfo as WorkerInfo
+from .registry import Task as Task
+from .registry import TaskCall as TaskCall
+from .registry import TaskOptions as TaskOptions
 from .registry import TaskRegistry as TaskRegistry
 from .retry import RetryPolicy as RetryPolicy
 from .scheduler import Scheduler as Scheduler
@@ -129,16 +135,22 @@ __all__ = [
     "StoreError",
     "Submitted",
     "SystemClock",
+    "Task",
+    "TaskCall",
     "TaskCancelled",
     "TaskContext",
     "TaskEvent",
+    "TaskFailed",
+    "TaskHandle",
     "TaskNotFoundError",
+    "TaskOptions",
     "TaskRecord",
     "TaskRegistry",
     "TaskState",
     "TaskTimeout",
     "UnknownTaskNameError",
     "UnsupportedOperationError",
+    "WaitInTaskError",
     "Worker",
     "WorkerInfo",
     "open_store",

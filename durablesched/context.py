@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from durablesched.errors import TaskCancelled, TaskTimeout, UnsupportedOperationError
+from durablesched.errors import (
+    InvalidTaskError,
+    TaskCancelled,
+    TaskTimeout,
+    UnsupportedOperationError,
+)
+from durablesched.handles import TaskHandle
 from durablesched.records import Claim, Environment, NewTask
+from durablesched.registry import Task
 from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
@@ -25,6 +32,9 @@ if TYPE_CHECKING:
 
 
 _EVENT_LOCK = threading.Lock()
+#: A typed child's arguments and result (see :meth:`TaskContext.enqueue`).
+Q = ParamSpec("Q")
+S = TypeVar("S")
 
 
 class AttemptSignals:
@@ -244,6 +254,58 @@ class TaskContext:
         if tracer is not None:
             child = tracer.carry(child)  # the child's attempts link to this one
         self.children.append(child)
+
+    @overload
+    def enqueue(
+        self,
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
+        /,
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(
+        self, task: Task[Q, Coroutine[Any, Any, S]], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(self, task: Task[Q, S], /, *args: Q.args, **kwargs: Q.kwargs) -> TaskHandle[S]: ...
+    def enqueue(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """The typed form of :meth:`submit`: a child task calling ``task``'s function with
+        these arguments (checked as ``scheduler.enqueue`` checks them), stored only if
+        this attempt succeeds, in the transaction that records the success.
+
+        Its handle cannot be waited on here (:class:`WaitInTaskError`: the wait would
+        hold this worker slot), and has its id only once stored.
+        """
+        options = task.submit_options
+        if options.connection is not None:
+            raise InvalidTaskError(
+                "a child task is stored in its parent's success transaction: connection= "
+                "has no meaning here"
+            )
+        child = build_task(
+            task.definition.name,
+            kwargs,
+            now=self.now(),
+            at=options.at,
+            delay=options.delay,
+            max_attempts=options.max_attempts,
+            key=options.key,
+            registry=self.scheduler.registry,
+            queue=options.queue,
+            priority=options.priority,
+            positional=args or None,
+            definition=task.definition,
+        )
+        tracer = tracing_hook.tracer
+        if tracer is not None:
+            child = tracer.carry(child)
+        self.children.append(child)
+        return TaskHandle(self.scheduler, None, task.definition.name)
 
     def on_success(self, effect: Effect) -> None:
         """Run ``effect(connection)`` inside the transaction that records success.

@@ -5,7 +5,10 @@ DurableSchedError
 ├── TaskNotFoundError (LookupError)     no task has that id
 ├── InvalidTransitionError              a state change the state machine forbids
 ├── UnknownTaskNameError (LookupError)  the registry has no task of that name
-├── TaskCancelled                       raised by a task to acknowledge cancellation
+├── TaskCancelled                       raised by a task to acknowledge cancellation, and
+│                                       by a handle whose task was cancelled
+├── TaskFailed                          a handle's task failed: its error, attempts, traceback
+├── WaitInTaskError                     a handle waited on inside a running task
 ├── TaskTimeout                         an attempt ran past its task's timeout
 ├── LeaseExpired                        recorded: an attempt's lease lapsed and was reclaimed
 ├── ProcessCrashed                      recorded: an attempt's child process died unreported
@@ -22,6 +25,22 @@ DurableSchedError
 """
 
 from __future__ import annotations
+
+from typing import Protocol
+
+
+class StoredError(Protocol):
+    """An error as a store keeps it (:class:`~durablesched.ErrorInfo`): a protocol here,
+    so that this module, which every other imports, imports none of them."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def traceback(self) -> str: ...
 
 
 class DurableSchedError(Exception):
@@ -48,8 +67,39 @@ class TaskCancelled(DurableSchedError):
     """Raise this from a task to acknowledge a requested cancellation.
 
     The worker then records the task as CANCELLED (if cancellation was really
-    requested and the claim is still valid).
+    requested and the claim is still valid). A :class:`~durablesched.TaskHandle`
+    raises it too, for a task that was cancelled, with its :attr:`task_id`.
     """
+
+    #: The cancelled task, when a handle raised it.
+    task_id: int | None = None
+
+
+class TaskFailed(DurableSchedError):
+    """Raised by a :class:`~durablesched.TaskHandle` whose task FAILED: its attempts are
+    spent, or it could not run. Carries the task's id, its last error as stored
+    (``error.type``, ``error.message``, ``error.traceback``: the text of the worker's
+    traceback, never a pickled exception) and how many attempts it had."""
+
+    def __init__(self, task_id: int, name: str, error: StoredError | None, attempts: int) -> None:
+        self.task_id = task_id
+        self.name = name
+        self.error = error
+        self.attempts = attempts
+        what = "no error recorded" if error is None else f"{error.type}: {error.message}"
+        plural = "" if attempts == 1 else "s"
+        super().__init__(f"task {task_id} ({name}) failed after {attempts} attempt{plural}: {what}")
+
+    @property
+    def traceback(self) -> str:
+        """The failed attempt's traceback as the worker formatted it ("" if none)."""
+        return "" if self.error is None else self.error.traceback
+
+
+class WaitInTaskError(DurableSchedError):
+    """A handle was waited on inside a running task. Refused: a task thread blocked on
+    another task holds a worker slot, and a full worker whose every slot waits on tasks
+    that need a slot never finishes (docs/api.md, "Handles")."""
 
 
 class TaskTimeout(DurableSchedError):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from durablesched.clock import positive_duration
 from durablesched.errors import (
@@ -20,8 +21,34 @@ from durablesched.records import DEFAULT_QUEUE, ENVIRONMENT_CHOICES, Environment
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.schedules.declaration import Schedule, checked_schedule
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from durablesched.store.protocol import DBAPIConnection
+
 T = TypeVar("T")
+#: A task function's parameters and return type, as a :class:`Task` carries them.
+P = ParamSpec("P")
+R = TypeVar("R")
+#: The same, as a typed submit takes them (after the context; awaited, for ``async def``).
+Q = ParamSpec("Q")
+S = TypeVar("S")
+
+
+class ContextArg(Protocol):
+    """What a task registered with ``pass_context=True`` takes first: a
+    :class:`~durablesched.TaskContext`, as type checkers match it. A protocol, so
+    that the typed submit calls can leave it out of the arguments they check
+    without this module importing the context (which imports the scheduler)."""
+
+    @property
+    def task_id(self) -> int: ...
+
+    @property
+    def idempotency_key(self) -> str: ...
+
+    def raise_if_cancelled(self) -> None: ...
+
 
 #: What stands for the TaskContext when a submit binds a task's arguments.
 _CONTEXT = object()
@@ -113,19 +140,21 @@ class TaskRegistry:
         timeout: timedelta | float | None = None,
         queue: str = DEFAULT_QUEUE,
         priority: int = 0,
-    ) -> Callable[[F], F]:
-        """Register the decorated function under ``name`` (default: its qualified name).
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register the decorated function under ``name`` (default: its qualified name),
+        and stand a :class:`Task` in its place: call it and the function runs here;
+        hand it to ``scheduler.enqueue`` and a worker runs it.
 
         With ``pass_context=True`` the function receives the :class:`TaskContext`
-        as its first argument, before the task's keyword arguments.
+        as its first argument, before the task's own arguments.
         ``environment`` ("thread" or "process", default: the worker's) says
         where its attempts run, and ``timeout`` (seconds or a timedelta) how
         long one may run: see docs/execution.md. ``queue`` and ``priority`` (-100
         to 100, higher first) are where its tasks wait, unless a submit says.
         """
 
-        def decorate(fn: F) -> F:
-            self.register(
+        def decorate(fn: Callable[P, R]) -> Task[P, R]:
+            definition = self.register(
                 fn,
                 name=name,
                 retry=retry,
@@ -135,7 +164,7 @@ class TaskRegistry:
                 queue=queue,
                 priority=priority,
             )
-            return fn
+            return Task(definition)
 
         return decorate
 
@@ -175,7 +204,9 @@ class TaskRegistry:
         self._names = frozenset(self._tasks)
         return definition
 
-    def schedule(self, task: str, *, name: str | None = None, **settings: Any) -> Schedule:
+    def schedule(
+        self, task: str | Task[..., Any], *, name: str | None = None, **settings: Any
+    ) -> Schedule:
         """Declare a schedule of the registered task ``task``; workers sync it when they start.
 
         ``name`` (default: the task's name) identifies the schedule: several
@@ -186,6 +217,8 @@ class TaskRegistry:
         docs/schedules.md. Declaring a name again with the same settings is
         allowed; with others, :class:`ScheduleConflictError`.
         """
+        if isinstance(task, Task):
+            task = task.name
         declared = checked_schedule(self, task, name=name, **settings)
         existing = self._schedules.get(declared.name)
         if existing is not None and existing != declared:
@@ -201,6 +234,7 @@ class TaskRegistry:
         return [self._schedules[name] for name in sorted(self._schedules)]
 
     def get(self, name: str) -> TaskDefinition:
+        """The definition registered under ``name``; :class:`UnknownTaskNameError` if none."""
         try:
             return self._tasks[name]
         except KeyError:
@@ -229,6 +263,126 @@ class TaskRegistry:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How one submission of a :class:`Task` is stored, apart from its arguments: what
+    :meth:`Task.options` sets (None: the task's own setting, or the default). Checked
+    as ``Scheduler.submit`` checks its keywords, when the task is enqueued."""
+
+    at: datetime | None = None
+    delay: timedelta | float | None = None
+    key: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    #: The caller's open transaction to store the task in (SQL stores; docs/api.md).
+    connection: Connection | DBAPIConnection | None = None
+
+
+#: No options at all: what a task decorated and not yet given any carries.
+NO_OPTIONS = TaskOptions()
+
+
+class Task(Generic[P, R]):
+    """A registered task function, typed: what ``@registry.task`` puts in its place.
+
+    Calling it calls the function, here and now (tests and scripts keep working);
+    ``scheduler.enqueue(task, *args, **kwargs)`` stores a task that a worker runs,
+    its arguments checked by a type checker against the function's parameters and
+    its result typed by the function's return type. ``task.options(...)`` gives the
+    same task with the settings a submission has besides its arguments.
+    """
+
+    definition: TaskDefinition
+    #: How it is enqueued: set by :meth:`options`, empty on the decorated task.
+    submit_options: TaskOptions
+
+    def __init__(self, definition: TaskDefinition, options: TaskOptions = NO_OPTIONS) -> None:
+        self.definition = definition
+        self.submit_options = options
+        # Name, docstring and signature are the function's: help(), inspect and
+        # documentation tools see the function.
+        functools.update_wrapper(self, definition.fn)
+
+    @property
+    def name(self) -> str:
+        """The name it is registered and stored under."""
+        return self.definition.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        fn: Callable[P, R] = self.definition.fn
+        return fn(*args, **kwargs)
+
+    def options(
+        self,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        connection: Connection | DBAPIConnection | None = None,
+    ) -> Task[P, R]:
+        """This task, enqueued with these settings: due ``at`` (timezone-aware) or after
+        ``delay``, with an idempotency ``key``, in ``queue`` at ``priority``, given
+        ``max_attempts``, stored in the caller's transaction ``connection``; each as
+        :meth:`Scheduler.submit` takes it. Settings given before stay unless given again.
+
+        Kept apart from the task's arguments, so that no option can take a
+        parameter's name: ``scheduler.enqueue(send.options(delay=60), to="ada")``.
+        """
+        old = self.submit_options
+        when = (at, delay) if at is not None or delay is not None else (old.at, old.delay)
+        options = TaskOptions(
+            at=when[0],
+            delay=when[1],  # the later of at= and delay= stands
+            key=old.key if key is None else key,
+            queue=old.queue if queue is None else queue,
+            priority=old.priority if priority is None else priority,
+            max_attempts=old.max_attempts if max_attempts is None else max_attempts,
+            connection=old.connection if connection is None else connection,
+        )
+        return Task(self.definition, options)
+
+    # The four forms of a typed submit: with or without a context first, ``async def``
+    # or not. Scheduler.enqueue and TaskContext.enqueue are typed the same way.
+    @overload
+    def bind(
+        self: Task[Concatenate[ContextArg, Q], Coroutine[Any, Any, S]],
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskCall[S]: ...
+    @overload
+    def bind(
+        self: Task[Concatenate[ContextArg, Q], S], *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskCall[S]: ...
+    @overload
+    def bind(
+        self: Task[Q, Coroutine[Any, Any, S]], *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskCall[S]: ...
+    @overload
+    def bind(self: Task[Q, S], *args: Q.args, **kwargs: Q.kwargs) -> TaskCall[S]: ...
+    def bind(self, *args: Any, **kwargs: Any) -> TaskCall[Any]:
+        """One call of this task, not run: what ``scheduler.enqueue_many`` takes a list of.
+
+        Its arguments are the task's, as ``scheduler.enqueue`` takes them (a task
+        with a context: without it), and checked the same way."""
+        return TaskCall(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r}: {self.definition.call_signature()}>"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCall(Generic[R]):
+    """A task with its arguments, not yet stored (``task.bind(...)``)."""
+
+    task: Task[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
 def _configured(check: Callable[[object, str], T], value: object, what: str) -> T:

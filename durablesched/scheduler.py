@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from durablesched.attempts import AttemptInfo, attempts_from_history
 from durablesched.clock import Clock, SystemClock
 from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
+from durablesched.handles import TaskHandle
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
 from durablesched.records import (
     CancelOutcome,
@@ -19,15 +22,25 @@ from durablesched.records import (
     TaskRecord,
     WorkerInfo,
 )
-from durablesched.registry import TaskRegistry
+from durablesched.registry import Task, TaskCall, TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
 from durablesched.submission import MAX_INT64, build_many, build_task
 from durablesched.tracing import tracing_hook
+from durablesched.waiting import Waiters
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    # The overloads' context parameter only: a type checker matches the class itself
+    # there (the registry's ContextArg protocol does not match an argument's type).
+    from durablesched.context import TaskContext
+
+#: A typed task's arguments and result (see :meth:`Scheduler.enqueue`).
+Q = ParamSpec("Q")
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class Scheduler:
@@ -50,6 +63,220 @@ class Scheduler:
         self.clock: Clock = clock if clock is not None else default_clock(store)
         self._listeners: list[Callable[[str, int], None]] = []
         self._listeners_lock = threading.Lock()
+        self._waiters: Waiters | None = None
+        self._waiters_lock = threading.Lock()
+
+    # -- typed tasks (docs/api.md): a Task in, a TaskHandle out ---------------------------------
+
+    # The four forms: with or without a context first, ``async def`` or not (the
+    # registry's Task.bind is typed the same way).
+    @overload
+    def enqueue(
+        self,
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
+        /,
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(
+        self, task: Task[Q, Coroutine[Any, Any, S]], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def enqueue(self, task: Task[Q, S], /, *args: Q.args, **kwargs: Q.kwargs) -> TaskHandle[S]: ...
+    def enqueue(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Store a task that calls ``task``'s function with these arguments; its handle.
+
+        The arguments are the function's (without the context, for a task with
+        one), checked by type checkers at this call and against the signature
+        before anything is written, and stored as JSON. Options that are not
+        arguments come from ``task.options(...)`` (delay, key, queue, ...); with a
+        ``key`` held by a live or succeeded task, the handle is that task's.
+        """
+        options = task.submit_options
+        name = task.definition.name
+
+        def build() -> list[NewTask]:
+            return [
+                build_task(
+                    name,
+                    kwargs,
+                    now=self.clock.now(),
+                    at=options.at,
+                    delay=options.delay,
+                    max_attempts=options.max_attempts,
+                    key=options.key,
+                    registry=self.registry,
+                    queue=options.queue,
+                    priority=options.priority,
+                    positional=args or None,
+                    definition=task.definition,
+                )
+            ]
+
+        tracer = tracing_hook.tracer
+        connection = options.connection
+        if tracer is None:
+            submitted = self._store_all(build(), connection)[0]
+        else:
+            submitted = tracer.submit(
+                name, build, lambda tasks: self._store_all(tasks, connection), batch=False
+            )[0]
+        return TaskHandle(self, submitted.task_id, name)
+
+    def enqueue_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """Store many calls (``task.bind(...)``, of one task or several) in one
+        transaction, all or none; their handles in the same order.
+
+        Every call is checked before anything is written. Calls given a
+        ``connection`` (``task.options(connection=...)``) must all give the same one.
+        """
+        items = list(calls)
+        if not items:
+            return []
+        connection = items[0].task.submit_options.connection
+        if any(c.task.submit_options.connection is not connection for c in items):
+            raise InvalidTaskError("the calls of one enqueue_many must share one connection=")
+        names = [c.task.definition.name for c in items]
+
+        def build() -> list[NewTask]:
+            now = self.clock.now()
+            registry = self.registry
+            new = []
+            for call in items:
+                definition, options = call.task.definition, call.task.submit_options
+                new.append(
+                    build_task(
+                        definition.name,
+                        call.kwargs,
+                        now=now,
+                        at=options.at,
+                        delay=options.delay,
+                        max_attempts=options.max_attempts,
+                        key=options.key,
+                        registry=registry,
+                        queue=options.queue,
+                        priority=options.priority,
+                        positional=call.args or None,
+                        definition=definition,
+                    )
+                )
+            return new
+
+        def store(tasks: list[NewTask]) -> list[Submitted]:
+            return self._store_all(tasks, connection)
+
+        tracer = tracing_hook.tracer
+        if tracer is None:
+            submitted = store(build())
+        else:
+            label = names[0] if len(set(names)) == 1 else "several tasks"
+            submitted = tracer.submit(label, build, store, batch=True)
+        return [TaskHandle(self, s.task_id, n) for s, n in zip(submitted, names, strict=True)]
+
+    @overload
+    def handle(self, task_id: int, task: Task[..., Coroutine[Any, Any, S]]) -> TaskHandle[S]: ...
+    @overload
+    def handle(self, task_id: int, task: Task[..., S]) -> TaskHandle[S]: ...
+    @overload
+    def handle(self, task_id: int, task: None = None) -> TaskHandle[Any]: ...
+    def handle(self, task_id: int, task: Task[..., Any] | None = None) -> TaskHandle[Any]:
+        """A handle on the task stored under ``task_id`` (say, one a request carried),
+        typed by ``task``'s result when given. Nothing is read until the handle is asked."""
+        _check_id(task_id)
+        if isinstance(task_id, bool) or not isinstance(task_id, int):
+            raise InvalidTaskError(f"a task id is an integer, got {task_id!r}")
+        return TaskHandle(self, task_id, None if task is None else task.definition.name)
+
+    @property
+    def waiters(self) -> Waiters:
+        """The tasks this scheduler's handles wait on: one thread and one watcher for all."""
+        waiters = self._waiters
+        if waiters is None:
+            with self._waiters_lock:
+                if self._waiters is None:
+                    self._waiters = Waiters(self.store)
+                waiters = self._waiters
+        return waiters
+
+    def close(self) -> None:
+        """Stop the thread and watcher that serve waiting handles (the store stays open;
+        a handle waited on later starts them again)."""
+        with self._waiters_lock:
+            waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            waiters.close()
+
+    # -- asyncio: the same calls, run off the event loop ---------------------------------------
+
+    @overload
+    async def aenqueue(
+        self,
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
+        /,
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskHandle[S]: ...
+    @overload
+    async def aenqueue(
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    async def aenqueue(
+        self, task: Task[Q, Coroutine[Any, Any, S]], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    async def aenqueue(
+        self, task: Task[Q, S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    async def aenqueue(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """:meth:`enqueue` for asyncio code: the write runs on the event loop's executor,
+        not on the loop."""
+        return await _off_loop(self.enqueue, task, *args, **kwargs)
+
+    async def aenqueue_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
+        """:meth:`enqueue_many`, off the event loop."""
+        return await _off_loop(self.enqueue_many, list(calls))
+
+    async def asubmit(
+        self, name: str, args: Mapping[str, Any] | None = None, **options: Any
+    ) -> int:
+        """:meth:`submit` (the untyped form, same options), off the event loop."""
+        return await _off_loop(self.submit, name, args, **options)
+
+    async def asubmit_many(
+        self, name: str, args_list: Iterable[Mapping[str, Any] | None], **options: Any
+    ) -> list[int]:
+        """:meth:`submit_many`, off the event loop."""
+        return await _off_loop(self.submit_many, name, list(args_list), **options)
+
+    async def aget(self, task_id: int) -> TaskRecord:
+        """:meth:`get`, off the event loop."""
+        return await _off_loop(self.get, task_id)
+
+    async def ahistory(self, task_id: int) -> list[TaskEvent]:
+        """:meth:`history`, off the event loop."""
+        return await _off_loop(self.history, task_id)
+
+    async def aattempts(self, task_id: int) -> list[AttemptInfo]:
+        """:meth:`attempts`, off the event loop."""
+        return await _off_loop(self.attempts, task_id)
+
+    async def alist_tasks(
+        self, *, state: TaskState | None = None, name: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """:meth:`list_tasks`, off the event loop."""
+        return await _off_loop(self.list_tasks, state=state, name=name, limit=limit)
+
+    async def acancel(self, task_id: int) -> CancelOutcome:
+        """:meth:`cancel`, off the event loop."""
+        return await _off_loop(self.cancel, task_id)
+
+    # -- names and dicts: the untyped form ------------------------------------------------------
 
     def submit(
         self,
@@ -348,6 +575,12 @@ class Scheduler:
             listeners = list(self._listeners)
         for listener in listeners:
             listener(event, task_id)
+
+
+async def _off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on the running loop's default executor (a thread), with
+    the caller's context variables (its trace among them)."""
+    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
 
 
 def _check_id(task_id: int) -> None:

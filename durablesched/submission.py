@@ -129,21 +129,26 @@ def build_task(
     queue: str | None = None,
     priority: int | None = None,
     positional: Sequence[Any] | None = None,
+    definition: TaskDefinition | None = None,
 ) -> NewTask:
     """Validate one submission and say exactly what is wrong with it.
 
     ``names`` says how the errors name each argument (the CLI names its options).
     With a ``registry``, the name must be registered and the arguments must bind
-    to its function as the worker will call it. ``positional`` arguments are
+    to its function as the worker will call it; so must they with a ``definition``
+    (a typed task's own), looked up in no registry. ``positional`` arguments are
     stored with the keyword ones, under :data:`~durablesched.records.POSITIONAL`.
     """
     check_name(name, names["name"])
-    definition = _definition(registry, name)
+    if definition is None:
+        definition = _definition(registry, name)
+    elif registry is not None and name not in registry:
+        raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
     what = names["args"].format(name=name)
     checked, args_json = check_args(args, what, positional)
     due_at = _due_at(now, at, delay, names)
     if max_attempts is None:
-        max_attempts = (registry.retry_policy(name) if registry else DEFAULT_RETRY).max_attempts
+        max_attempts = (definition.retry if definition is not None else DEFAULT_RETRY).max_attempts
     check_max_attempts(max_attempts, names["max_attempts"])
     if key is not None:
         check_key(key, names["key"])

@@ -60,7 +60,7 @@ from durablesched.schedules.declaration import (
 from durablesched.schedules.firing import PlannedFire, due_fires, run_now
 from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
-from durablesched.store.protocol import DBAPIConnection, Effect, RetryDelay
+from durablesched.store.protocol import DBAPIConnection, Effect, OnFinished, RetryDelay
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection  # only in submit's signature: never given here
@@ -116,6 +116,8 @@ class MemoryStore:
         self._latest_task: dict[str, tuple[datetime, int]] = {}
         #: Registered workers by id.
         self._workers: dict[str, WorkerInfo] = {}
+        #: Told of every task that finishes (watch_finished), under the lock.
+        self._on_finished: list[OnFinished] = []
 
     # -- introspection for tests and docs --------------------------------------------------
 
@@ -150,6 +152,15 @@ class MemoryStore:
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._lock:
             return list(self._events.get(task_id, ()))
+
+    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
+        found: dict[int, TaskRecord | None] = {}
+        with self._lock:
+            for task_id in task_ids:
+                task = self._tasks.get(task_id)
+                if task is None or task.state in TERMINAL:
+                    found[task_id] = task
+        return found
 
     def list_tasks(
         self,
@@ -656,6 +667,17 @@ class MemoryStore:
         """No other process can write here: in-process notifications are enough."""
         return None
 
+    def watch_finished(self) -> MemoryFinishWatcher:
+        """Told by this store itself, as each task finishes."""
+        return MemoryFinishWatcher(self)
+
+    def _watch_finished(self, on_finished: OnFinished, watching: bool) -> None:
+        with self._lock:
+            if watching:
+                self._on_finished.append(on_finished)
+            elif on_finished in self._on_finished:
+                self._on_finished.remove(on_finished)
+
     def close(self) -> None:
         """Nothing to release; the tasks vanish with the process."""
 
@@ -1006,6 +1028,8 @@ class MemoryStore:
         if detail is None and error is not None:
             detail = error.message
         self._event(task, now, detail, error if state is TaskState.FAILED else None)
+        for on_finished in self._on_finished:
+            on_finished((task.id,))
 
     def _put(self, task: TaskRecord) -> TaskRecord:
         self._tasks[task.id] = task
@@ -1028,6 +1052,25 @@ class MemoryStore:
                 heapq.heapify(self._ready[queue])
             self._stale = 0
             self.compactions += 1
+
+
+class MemoryFinishWatcher:
+    """A :class:`~durablesched.store.protocol.FinishWatcher` of a :class:`MemoryStore`: the
+    store calls it as each task finishes (under the store's lock: it must be quick). It
+    owns no thread, since only this process can write to the store."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._on_finished: OnFinished | None = None
+
+    def start(self, on_finished: OnFinished) -> None:
+        self._on_finished = on_finished
+        self._store._watch_finished(on_finished, True)
+
+    def close(self) -> None:
+        if self._on_finished is not None:
+            self._store._watch_finished(self._on_finished, False)
+            self._on_finished = None
 
 
 @dataclass

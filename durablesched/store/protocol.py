@@ -85,6 +85,22 @@ class ChangeWatcher(Protocol):
     def close(self) -> None: ...
 
 
+#: Told that tasks finished: their ids, or None when the watcher cannot say which.
+OnFinished = Callable[[Collection[int] | None], None]
+
+
+class FinishWatcher(Protocol):
+    """Notices, on a thread of its own, that tasks finished, in this process or another:
+    what wakes a process's waiting task handles (docs/api.md, "Handles")."""
+
+    def start(self, on_finished: OnFinished) -> None:
+        """Call ``on_finished(ids)`` after tasks finished (None: some may have, read them
+        all); nothing is lost between this call and the first report."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class ScheduleStore(Protocol):
     """Where schedules are kept and fired: the part of :class:`Store` that makes periodic tasks.
 
@@ -214,6 +230,14 @@ class Store(ScheduleStore, Protocol):
         queue: str | None = None,
     ) -> list[TaskRecord]:
         """Up to ``limit`` tasks, filtered, in (due_at, seq) order."""
+        ...
+
+    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
+        """Those of ``task_ids`` that are finished (SUCCEEDED, FAILED, CANCELLED), each
+        with its record, and those that no task has (None); live tasks are left out.
+
+        One read however many ids: it answers every handle a process waits on.
+        """
         ...
 
     def claim(
@@ -409,6 +433,11 @@ class Store(ScheduleStore, Protocol):
         Workers use it to pick up tasks submitted elsewhere without reading the
         tasks table in a loop. Each caller gets its own watcher.
         """
+        ...
+
+    def watch_finished(self) -> FinishWatcher | None:
+        """A watcher told when tasks finish, or None if this store cannot tell (waiting
+        handles then read at a bounded interval). Each caller gets its own watcher."""
         ...
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from durablesched.errors import (
     TaskTimeout,
     UnknownTaskNameError,
 )
+from durablesched.handles import RUNNING_TASK
 from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
@@ -102,6 +103,7 @@ class AttemptRunner:
             return Outcome(
                 claim, error=ErrorInfo.recorded(UnknownTaskNameError, str(unknown)), retry_at=None
             )
+        inside = RUNNING_TASK.set(True)  # a handle refuses to wait in here
         try:
             mismatch = self._mismatch(definition, claim, ctx)
             if mismatch is not None:
@@ -125,6 +127,8 @@ class AttemptRunner:
             # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
             # per its policy), not the worker's: no signal raises them on a task thread.
             return self.failure(claim, exc)
+        finally:
+            RUNNING_TASK.reset(inside)
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
             return self.failure(claim, _overran(definition, started))
@@ -212,6 +216,7 @@ class AttemptRunner:
         loop = self._event_loop()
 
         async def call() -> Any:
+            RUNNING_TASK.set(True)  # in this coroutine's own context: a handle refuses to wait
             task = asyncio.current_task()
             assert task is not None
             signals.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))

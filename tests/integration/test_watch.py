@@ -116,6 +116,41 @@ def test_a_commit_being_written_is_looked_at_per_millisecond_not_per_write(
 
 
 @linux
+def test_a_commit_whose_fsync_outlasts_the_backoff_is_still_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit's last WAL write is reported before its fsync ends, and what makes it
+    visible (the shared-memory index) is not reported at all: a slow fsync used to leave
+    the commit unseen until the next once-a-second check (here: never)."""
+    monkeypatch.setattr(DataVersionWatcher, "FILE_CHECK_INTERVAL", 3600.0)
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes()
+    assert watcher.uses_inotify
+    read = watcher._read
+    unchanged = read()
+    visible_after: list[float] = []
+
+    def lagging() -> int:  # the commit stays invisible for 0.3 s after its first write
+        if not visible_after:
+            return unchanged
+        return read() if time.monotonic() > visible_after[0] else unchanged
+
+    monkeypatch.setattr(watcher, "_read", lagging)
+    seen = Seen()
+    watcher.start(seen)
+    other = SQLiteStore(tmp_path / "jobs.db")
+    try:
+        visible_after.append(time.monotonic() + 0.3)
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        assert seen.commit.wait(WAIT)
+        assert seen.errors == []
+    finally:
+        other.close()
+        watcher.close()
+        store.close()
+
+
+@linux
 def test_a_busy_consumer_hears_nothing_until_it_nudges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,7 @@ lockstep, comparing every answer:
 * the :class:`~durablesched.store.protocol.Store` protocol: ``submit`` (equal due
   times, idempotency keys, repeats within a batch, keys that collide with the
   keys generated for keyless tasks), ``submit(connection=...)`` in a caller's
-  transaction that commits or rolls back, ``get``, ``history``, ``list_tasks``
+  transaction that commits or rolls back, ``get``, ``history``, ``finished``, ``list_tasks``
   (every state and name filter, limits from 0), ``claim`` (names, process
   names), ``heartbeat`` and ``check_leases`` (with stale, forged and other
   owners' claims), ``record_and_claim`` (successes with results, children and
@@ -479,6 +479,18 @@ class StoresAgree(RuleBasedStateMachine):
         task_id = self.task_id(data)
         self.both("get", task_id)
         self.both("history", task_id)
+
+    @rule(data=st.data())
+    def finished(self, data: st.DataObject) -> None:
+        """Which of some ids (unknown ones among them) are finished, or no task's: what
+        waiting handles read."""
+        self.op = "read"
+        ids = data.draw(st.lists(st.sampled_from(list(self.ids())), max_size=6), label="ids")
+        found = self.both("finished", ids)
+        assert all(
+            r is None or r.state.value in {"SUCCEEDED", "FAILED", "CANCELLED"}
+            for r in found.values()
+        )
 
     @rule(
         names=st.sampled_from(

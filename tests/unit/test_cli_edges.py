@@ -374,7 +374,7 @@ def test_an_app_with_a_syntax_error_names_the_file_and_line(
     ("spec", "names"),
     [
         (f"{APP}:nope", f"--app: module '{APP}' has no attribute 'nope'"),
-        (f"{APP}:add", f"--app: {APP}:add is a function, not a durablesched TaskRegistry"),
+        (f"{APP}:add", f"--app: {APP}:add is a Task, not a durablesched TaskRegistry"),
         (".relative", "--app must be MODULE[:ATTR]"),
     ],
 )

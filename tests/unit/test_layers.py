@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("storage boundary", ("store.protocol", "store.durability")),
-    ("public API", ("scheduler", "context")),
+    ("public API", ("waiting", "handles", "scheduler", "context")),
     ("backends", ("store.memory", "store.sql")),
     ("store tools", ("store.opening", "store.move", "store")),
     ("worker", ("worker",)),
@@ -89,7 +89,11 @@ NO_THIRD_PARTY: list[tuple[tuple[str, ...], str, str]] = [
         "sqlalchemy",
         "the core runs without a database library",
     ),
-    (("store.protocol", "store.durability", "scheduler", "context"), "sqlalchemy", "core"),
+    (
+        ("store.protocol", "store.durability", "scheduler", "context", "handles", "waiting"),
+        "sqlalchemy",
+        "core",
+    ),
     (("store.memory",), "sqlalchemy", "the in-memory backend needs no SQL"),
     (("worker",), "sqlalchemy", "the worker speaks to the Store protocol"),
 ]

@@ -15,7 +15,7 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-class DurableSchedConfig(AppConfig):  # type: ignore[misc]  # Django is untyped
+class DurableSchedConfig(AppConfig):
     name = "durablesched.contrib.django"
     label = "durablesched"
     verbose_name = "durablesched"

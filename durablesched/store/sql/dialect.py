@@ -73,6 +73,9 @@ class SQLDialect:
     lock_queues: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
+    #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):
+    #: wakes the handles waiting on them elsewhere (``Store.watch_finished``).
+    notify_finished: TextClause | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
     #: Why a caller's own driver connection cannot take a submit in its transaction

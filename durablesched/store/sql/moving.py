@@ -63,6 +63,7 @@ def hand_over(
                 task.attempts,
                 _moving(destination, state),
             )
+        tx._tell_finished(conn, (task.id for task, _ in moved))
     return moved
 
 

@@ -15,6 +15,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ from durablesched.errors import ConfigurationError, StoreError
 from durablesched.records import TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import OnChange
+from durablesched.store.protocol import OnChange, OnFinished
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL
@@ -153,6 +154,10 @@ LOCK_SUBMISSIONS = "SELECT value FROM durablesched_counters WHERE name = 'task_s
 CHANNEL = "durablesched"
 #: Wake every listening worker once this transaction commits.
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+#: The channel waiting task handles LISTEN on: each notification names the tasks its
+#: transaction finished, by id, joined by commas ('' for "some": too many to name).
+FINISHED_CHANNEL = "durablesched_finished"
+NOTIFY_FINISHED = f"SELECT pg_notify('{FINISHED_CHANNEL}', :ids)"
 #: The server's clock, which every host's leases are judged by.
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
 
@@ -248,6 +253,7 @@ POSTGRES = SQLDialect(
     lock_submissions=text(LOCK_SUBMISSIONS),
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     notify=text(NOTIFY),
+    notify_finished=text(NOTIFY_FINISHED),
     writes_history=True,
     borrowed_problem=borrowed_problem,
 )
@@ -341,6 +347,11 @@ class PostgresStore(SQLStore):
         ``safety_poll`` is :class:`NotifyWatcher`'s wake-up whatever it hears."""
         return NotifyWatcher(self.engine, safety_poll=safety_poll)
 
+    def watch_finished(self) -> FinishListener:
+        """A LISTEN on the channel that outcome transactions NOTIFY with the ids they
+        finished (:data:`NOTIFY_FINISHED`)."""
+        return FinishListener(self.engine)
+
 
 class NotifyWatcher:
     """LISTENs for submissions (NOTIFY is delivered when the submitter commits).
@@ -349,7 +360,7 @@ class NotifyWatcher:
     by default) whatever it hears, so a lost notification (a dropped connection)
     delays work by at most that; ``safety_poll=None`` turns that off, so that
     only a NOTIFY (or a reconnection) wakes it. A broken connection is
-    reopened; it never stops the worker.
+    reopened; it never stops the worker. ``channel`` is the one it LISTENs on.
     """
 
     #: Seconds between wake-ups when nothing is heard, unless told otherwise.
@@ -357,11 +368,18 @@ class NotifyWatcher:
     #: How often the listening thread checks that it should stop.
     _TICK = 0.2
 
-    def __init__(self, engine: Engine, *, safety_poll: float | None = SAFETY_POLL) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        safety_poll: float | None = SAFETY_POLL,
+        channel: str = CHANNEL,
+    ) -> None:
         if safety_poll is not None and safety_poll <= 0:
             raise ConfigurationError(f"safety_poll must be positive or None, got {safety_poll}")
         self._engine = engine
         self._safety_poll = safety_poll
+        self._channel = channel
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = self._listen()
@@ -369,7 +387,7 @@ class NotifyWatcher:
     def _listen(self) -> Any:
         import psycopg  # noqa: PLC0415 - optional dependency, present if we got here
 
-        with translated("listening for submissions"):
+        with translated(f"listening on {self._channel}"):
             raw = self._engine.raw_connection()
         conn = raw.driver_connection
         assert conn is not None
@@ -377,15 +395,23 @@ class NotifyWatcher:
         try:
             conn.rollback()
             conn.autocommit = True
-            conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {self._channel}")
         except psycopg.Error as e:
             conn.close()
-            raise StoreError(f"listening for submissions failed: {e}") from e
+            raise StoreError(f"listening on {self._channel} failed: {e}") from e
         return conn
 
     def start(self, on_change: OnChange) -> None:
+        self._start(lambda _payloads: on_change(None))
+
+    def start_payloads(self, deliver: Callable[[list[str] | None], object]) -> None:
+        """Call ``deliver(payloads)`` with what each wake-up heard, or None where some
+        may have been missed (a reconnection, a safety poll)."""
+        self._start(deliver)
+
+    def _start(self, deliver: Callable[[list[str] | None], object]) -> None:
         self._thread = threading.Thread(
-            target=self._watch, args=(on_change,), name="durablesched-listen", daemon=True
+            target=self._watch, args=(deliver,), name="durablesched-listen", daemon=True
         )
         self._thread.start()
 
@@ -393,29 +419,33 @@ class NotifyWatcher:
         """Nothing to end: only submissions and cancels notify, never a worker's own
         group commits, so this watcher never keeps quiet."""
 
-    def _watch(self, on_change: OnChange) -> None:
+    def _watch(self, deliver: Callable[[list[str] | None], object]) -> None:
         poll = self._safety_poll if self._safety_poll is not None else float("inf")
         next_poll = time.monotonic() + poll
         while not self._closed.is_set():
-            heard = False
+            missed = False
+            payloads: list[str] = []
             try:
                 if self._conn is None:
                     self._conn = self._listen()
-                    heard = True  # we may have missed some while away
-                for _ in self._conn.notifies(timeout=self._TICK, stop_after=1):
-                    heard = True
+                    missed = True  # we may have missed some while away
+                payloads.extend(
+                    n.payload for n in self._conn.notifies(timeout=self._TICK, stop_after=1)
+                )
+                if payloads:  # take what else has arrived too, without waiting for more
+                    payloads.extend(n.payload for n in self._conn.notifies(timeout=0))
             except Exception as e:  # the connection broke: reopen it
                 if self._closed.is_set():
                     return
                 log.warning("lost the LISTEN connection, reopening: %s", e)
                 self._drop()
                 self._closed.wait(self._TICK)
-                heard = True
+                missed = True
             if time.monotonic() >= next_poll:
-                heard = True
-            if heard and not self._closed.is_set():
+                missed = True
+            if (missed or payloads) and not self._closed.is_set():
                 next_poll = time.monotonic() + poll
-                on_change(None)
+                deliver(None if missed else payloads)
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -430,3 +460,24 @@ class NotifyWatcher:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._TICK * 10)
         self._drop()
+
+
+class FinishListener:
+    """A :class:`FinishWatcher` on PostgreSQL: LISTENs on :data:`FINISHED_CHANNEL`,
+    whose notifications name the tasks their transaction finished. Without a safety
+    poll: the waiting handles read at their own bounded interval anyway."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._watcher = NotifyWatcher(engine, safety_poll=None, channel=FINISHED_CHANNEL)
+
+    def start(self, on_finished: OnFinished) -> None:
+        def deliver(payloads: list[str] | None) -> None:
+            if payloads is None or "" in payloads:
+                on_finished(None)
+                return
+            on_finished([int(i) for payload in payloads for i in payload.split(",")])
+
+        self._watcher.start_payloads(deliver)
+
+    def close(self) -> None:
+        self._watcher.close()

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from durablesched.errors import LeaseExpired
 from durablesched.records import ErrorInfo, Reclaimed
-from durablesched.states import TaskState
+from durablesched.states import TERMINAL, TaskState
 from durablesched.store.protocol import RetryDelay
 from durablesched.store.sql.codec import error_json, from_db_time
 from durablesched.store.sql.statements import SQL_ANY_EXPIRED, SQL_EXPIRED, SQL_RECLAIM
@@ -71,4 +71,5 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
                 failed = state is not TaskState.CANCELLED  # the attempt failed: say why
                 tx._event(conn, r.id, now, state, r.attempts, detail, error if failed else None)
                 reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
+        tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL))
     return reclaimed

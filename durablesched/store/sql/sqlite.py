@@ -51,7 +51,7 @@ from durablesched.store.sql.statements import (
     SUBMITTED_EVENTS,
     sql_live_queue_counts,
 )
-from durablesched.store.sql.store import SQLStore
+from durablesched.store.sql.store import ChangesAsFinishes, SQLStore
 from durablesched.store.sql.translate import translated
 from durablesched.store.sql.urls import sqlite_url
 
@@ -435,6 +435,11 @@ class SQLiteStore(SQLStore):
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
 
+    def watch_finished(self) -> ChangesAsFinishes:
+        """The change watcher: SQLite cannot say what a commit did, so every commit by
+        another connection (in this process or another) may have finished a task."""
+        return ChangesAsFinishes(self.watch_changes())
+
 
 class WalLimit:
     """Keeps the WAL near its limit: a writer past it truncates it once readers let go.
@@ -531,6 +536,12 @@ class DataVersionWatcher:
     #: The longest quiet (seconds) a busy consumer gets after a change (see
     #: ChangeWatcher.start): a busy worker's own commits would wake it otherwise.
     QUIET = 0.25
+    #: How long (seconds) after a write to the database's files the watcher keeps
+    #: looking for its commit: a commit is visible only after its fsync, which a busy
+    #: disk can hold for far longer than the backoff's first 127 ms; the shared-memory
+    #: index that then makes it visible is written through a mapping, which inotify
+    #: does not report.
+    PENDING = 1.0
 
     def __init__(
         self, engine: Engine, poll_interval: float, identity: tuple[int, int] | None
@@ -565,8 +576,9 @@ class DataVersionWatcher:
     def _watch(self, on_change: OnChange) -> None:
         # A write to the WAL is seen before its commit is visible (the commit waits
         # for its fsync), so a write with no new data_version yet is re-checked
-        # soon after, backing off from 1 ms to 64 ms, instead of in a second.
+        # soon after, backing off from 1 ms to every 64 ms for PENDING seconds.
         recheck: float | None = None
+        written_at = 0.0
         while not self._closed.is_set():
             if self._inotify is not None and recheck == self.SETTLE:
                 # A commit is being written, a WAL write per page (a dozen for a
@@ -596,8 +608,10 @@ class DataVersionWatcher:
                     self._nudged.wait(self.QUIET)
             elif written:
                 recheck = self.SETTLE
+                written_at = time.monotonic()
             elif recheck is not None:
-                recheck = recheck * 2 if recheck < 0.064 else None
+                pending = time.monotonic() - written_at < self.PENDING
+                recheck = min(recheck * 2, 0.064) if pending else None
 
     def _check_file(self) -> None:
         if self._path is None or time.monotonic() < self._next_file_check:

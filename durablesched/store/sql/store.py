@@ -15,6 +15,7 @@ short operations itself and hands the rest to those modules.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,8 +47,16 @@ from durablesched.records import (
     WorkerInfo,
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
-from durablesched.states import TaskState
-from durablesched.store.protocol import ChangeWatcher, DBAPIConnection, Effect, RetryDelay
+from durablesched.states import TERMINAL, TaskState
+from durablesched.store.protocol import (
+    ChangeWatcher,
+    DBAPIConnection,
+    Effect,
+    FinishWatcher,
+    OnChange,
+    OnFinished,
+    RetryDelay,
+)
 from durablesched.store.sql import (
     checking,
     console,
@@ -74,6 +83,7 @@ from durablesched.store.sql.statements import (
     SQL_CANCEL_WAITING,
     SQL_CREATED,
     SQL_GET,
+    SQL_GET_MANY,
     SQL_HISTORY,
     SQL_LEASES,
     SQL_NEXT_DUE,
@@ -84,11 +94,14 @@ from durablesched.store.sql.statements import (
     SQL_RELEASE,
     SQL_SEE_WORKER,
     SQL_STATE_AND_ENVIRONMENT,
+    SQL_STATES,
     sql_list_tasks,
 )
 from durablesched.store.sql.submitting import insert
 from durablesched.store.sql.transactions import Transactions
 from durablesched.store.sql.translate import translated
+
+log = logging.getLogger("durablesched.store")
 
 
 class SQLStore(Transactions):
@@ -154,6 +167,23 @@ class SQLStore(Transactions):
         with self._read(f"reading task {task_id}") as conn:
             row = conn.execute(SQL_GET, {"id": task_id}).first()
         return None if row is None else record(row)
+
+    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
+        wanted = sorted(set(task_ids))
+        found: dict[int, TaskRecord | None] = {}
+        with self._read("reading which tasks finished") as conn:
+            for start in range(0, len(wanted), _IDS_PER_READ):
+                chunk = wanted[start : start + _IDS_PER_READ]
+                states: dict[int, str] = {
+                    r.id: r.state for r in conn.execute(SQL_STATES, {"ids": chunk})
+                }
+                done = [i for i in chunk if i in states and TaskState(states[i]) in TERMINAL]
+                found.update((i, None) for i in chunk if i not in states)
+                if done:
+                    found.update(
+                        (r.id, record(r)) for r in conn.execute(SQL_GET_MANY, {"ids": done})
+                    )
+        return found
 
     def history(self, task_id: int) -> list[TaskEvent]:
         with self._read(f"reading the history of task {task_id}") as conn:
@@ -303,7 +333,10 @@ class SQLStore(Transactions):
         """
         outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
         with self._write(f"recording the success of task {claim.task_id}") as conn:
-            return record_success(self, conn, outcome, now) is not None
+            if record_success(self, conn, outcome, now) is None:
+                return False
+            self._tell_finished(conn, (claim.task_id,))
+            return True
 
     def fail(
         self, claim: Claim, error: ErrorInfo, retry_at: datetime | None, now: datetime
@@ -312,13 +345,19 @@ class SQLStore(Transactions):
         requested cancellation): one outcome outside a group commit, for tools and
         tests. Returns the new state, or None if the claim is not valid."""
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
-            return record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
+            state = record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
+            if state in TERMINAL:
+                self._tell_finished(conn, (claim.task_id,))
+            return state
 
     def acknowledge_cancel(
         self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
     ) -> bool:
         with self._write(f"cancelling task {claim.task_id}") as conn:
-            return record_cancel(self, conn, claim, now, detail) is not None
+            if record_cancel(self, conn, claim, now, detail) is None:
+                return False
+            self._tell_finished(conn, (claim.task_id,))
+            return True
 
     def record_and_claim(
         self,
@@ -340,6 +379,14 @@ class SQLStore(Transactions):
         steps = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
+            self._tell_finished(
+                conn,
+                (
+                    outcome.claim.task_id
+                    for outcome, state in zip(outcomes, results, strict=True)
+                    if state in TERMINAL
+                ),
+            )
             rows = (
                 claim_rows(
                     self,
@@ -359,6 +406,7 @@ class SQLStore(Transactions):
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0
+        cancelled: list[int] = []
         with self._write("giving back unfinished tasks") as conn:
             for claim in sorted(claims, key=lambda c: c.task_id):
                 params = claim_params(self, claim, now)
@@ -373,8 +421,11 @@ class SQLStore(Transactions):
                     else "cancelled at shutdown"
                 )
                 self._event(conn, claim.task_id, now, state, row.attempts, detail)
+                if state is TaskState.CANCELLED:
+                    cancelled.append(claim.task_id)
             if released:
                 self._wake_others(conn)
+            self._tell_finished(conn, cancelled)
         return released
 
     # -- cancellation and expiry ----------------------------------------------------------------
@@ -387,6 +438,7 @@ class SQLStore(Transactions):
                 self._event(
                     conn, task_id, now, TaskState.CANCELLED, row.attempts, "cancelled before start"
                 )
+                self._tell_finished(conn, (task_id,))
                 return CancelOutcome.CANCELLED
             asked = conn.execute(SQL_CANCEL_RUNNING, params).first()
             if asked is not None:
@@ -485,6 +537,10 @@ class SQLStore(Transactions):
         """Overridden per database: how this process hears of other processes' commits."""
         return None
 
+    def watch_finished(self) -> FinishWatcher | None:
+        """Overridden per database: how this process hears that tasks finished."""
+        return None
+
     def close(self) -> None:
         self._close_transactions()
 
@@ -572,6 +628,34 @@ class SQLStore(Transactions):
     ) -> list[tuple[int, str]]:
         """Store tasks handed over by database ``source``, each at most once ever."""
         return moving.receive(self, source, moved, now)
+
+
+#: Task ids per read of :meth:`SQLStore.finished` (SQLite binds at most 32,766 values).
+_IDS_PER_READ = 5_000
+
+
+class ChangesAsFinishes:
+    """A :class:`FinishWatcher` from a :class:`ChangeWatcher` that sees every commit but
+    cannot say what it did (SQLite's): each commit may have finished any task.
+
+    If the change watcher fails, it says so once (logged) and stops; the waiting
+    handles then read at their bounded fallback interval.
+    """
+
+    def __init__(self, watcher: ChangeWatcher) -> None:
+        self._watcher = watcher
+
+    def start(self, on_finished: OnFinished) -> None:
+        def on_change(error: Exception | None) -> None:
+            if error is not None:
+                log.warning("watching for finished tasks failed: %s", error)
+            on_finished(None)
+
+        changed: OnChange = on_change
+        self._watcher.start(changed)
+
+    def close(self) -> None:
+        self._watcher.close()
 
 
 def _stored_revision(engine: Engine) -> str:

@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -34,6 +34,11 @@ from durablesched.store.sql.statements import (
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
+
+
+#: The longest list of finished task ids one notification carries, in characters
+#: (PostgreSQL's limit is 8,000 bytes a payload); past it, one saying "some".
+FINISHED_PAYLOAD = 7_000
 
 
 class Executor(Protocol):
@@ -250,6 +255,19 @@ class Transactions:
         """Tell idle workers elsewhere, on commit, that there is work (where needed)."""
         if self.dialect.notify is not None:
             conn.execute(self.dialect.notify, {})
+
+    def _tell_finished(self, conn: Executor, task_ids: Iterable[int]) -> None:
+        """Tell waiting handles elsewhere, on commit, that these tasks finished (where
+        the database must be told: SQLite's watchers see every commit)."""
+        sql = self.dialect.notify_finished
+        if sql is None:
+            return
+        payload = ",".join(map(str, task_ids))
+        if not payload:
+            return
+        if len(payload) > FINISHED_PAYLOAD:
+            payload = ""  # too many to name: the listeners read every task they wait on
+        conn.execute(sql, {"ids": payload})
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
         self,

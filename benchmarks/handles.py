@@ -1,0 +1,173 @@
+"""Typed tasks and handles (issue 30's targets), on SQLite and PostgreSQL.
+
+- ``wakeup``: ``handle.result()`` returning after the task's outcome commits (the worker's
+  ``after_commit`` hook stamps the commit), p50 and p99 in ms: target p50 <= 5 ms.
+- ``many``: N handles awaited at once in one asyncio process while a worker process
+  drains their N tasks: every result arrives; this process's CPU over the wall time
+  of the wait, in cores: target < 0.05.
+- ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
+  (``enqueue_many`` against ``submit_many``): target ratio <= 1.05.
+
+    python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
+
+Run it on a quiet machine: timings are meaningless while other work runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from durablesched import Scheduler, TaskRegistry, TaskState, Worker, open_store
+from durablesched.records import Outcome
+
+registry = TaskRegistry()
+
+
+@registry.task("bench.add")
+def add(a: int, b: int = 0) -> int:
+    return a + b
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wakeup(db: str, rounds: int) -> dict[str, float]:
+    """``result()`` latency after the outcome commits, one task at a time."""
+    committed: dict[int, float] = {}
+
+    def stamp(outcome: Outcome, _state: TaskState | None, _now: datetime) -> None:
+        committed[outcome.claim.task_id] = time.perf_counter()
+
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    worker = Worker(scheduler, concurrency=1, after_commit=stamp)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    waits = []
+    try:
+        for i in range(rounds + 1):
+            handle = scheduler.enqueue(add, i, b=1)
+            assert handle.result(timeout=30) == i + 1
+            returned = time.perf_counter()
+            deadline = time.monotonic() + 30
+            while handle.id not in committed:  # the hook runs just after the commit
+                assert time.monotonic() < deadline
+                time.sleep(0.0001)
+            if i:  # the first starts the waiting thread and watcher
+                waits.append(max(0.0, returned - committed[handle.id]) * 1000)
+    finally:
+        worker.stop()
+        thread.join(30)
+        scheduler.close()
+        store.close()
+    waits.sort()
+    return {
+        "p50_ms": statistics.median(waits),
+        "p99_ms": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+    }
+
+
+def many(db: str, tasks: int) -> dict[str, float]:
+    """``tasks`` handles awaited at once while a worker process drains their tasks."""
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    handles = scheduler.enqueue_many([add.bind(i) for i in range(tasks)])
+    worker = subprocess.Popen(  # noqa: S603 - our own worker, fixed arguments
+        [sys.executable, "-m", "durablesched", "worker", "--db", db, "--concurrency", "8",
+         "--app", "benchmarks.handles:registry"],
+        cwd=ROOT,
+    )  # fmt: skip
+
+    async def wait_all() -> list[Any]:
+        return await asyncio.gather(*(h.aresult(timeout=300) for h in handles))
+
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        results = asyncio.run(wait_all())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        reads = scheduler.waiters.reads
+        scheduler.close()
+        store.close()
+    assert results == list(range(tasks)), "a result is missing or wrong"
+    return {"wall_s": wall, "cpu_s": cpu, "cores": cpu / wall, "reads": reads}
+
+
+def enqueue_cost(db: str, tasks: int) -> dict[str, float]:
+    """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many."""
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    figures: dict[str, float] = {}
+
+    def timed(label: str, run: Callable[[], object]) -> None:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - started)
+        figures[label] = best / tasks
+
+    single = max(1, tasks // 10)  # one transaction each: fewer
+    try:
+        timed("submit", lambda: [scheduler.submit("bench.add", {"a": i}) for i in range(single)])
+        timed("enqueue", lambda: [scheduler.enqueue(add, a=i) for i in range(single)])
+        figures["submit"] *= tasks / single
+        figures["enqueue"] *= tasks / single
+        timed(
+            "submit_many",
+            lambda: scheduler.submit_many("bench.add", [{"a": i} for i in range(tasks)]),
+        )
+        timed("enqueue_many", lambda: scheduler.enqueue_many([add.bind(a=i) for i in range(tasks)]))
+    finally:
+        store.close()
+    figures["single_ratio"] = figures["enqueue"] / figures["submit"]
+    figures["batch_ratio"] = figures["enqueue_many"] / figures["submit_many"]
+    return figures
+
+
+def run(databases: dict[str, str], tasks: int, rounds: int) -> dict[str, Any]:
+    return {
+        name: {
+            "wakeup": wakeup(db, rounds),
+            "many": many(db, tasks),
+            "enqueue": enqueue_cost(db, tasks),
+        }
+        for name, db in databases.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", help="a PostgreSQL URL (an empty database) to measure too")
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        databases = {"sqlite": str(Path(tmp) / "handles.db")}
+        if args.pg:
+            databases["postgres"] = args.pg
+        figures = run(databases, args.tasks, args.rounds)
+    text = json.dumps(figures, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

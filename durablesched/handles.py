@@ -1,0 +1,179 @@
+"""A handle on one stored task: its state, its record, its result when it is finished.
+
+``scheduler.enqueue`` returns one; ``scheduler.handle(task_id, task)`` makes one from
+an id. Waiting is done by the scheduler's :class:`~durablesched.waiting.Waiters` (one
+thread and one watcher, however many handles wait), never by reading in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator
+from contextvars import ContextVar
+from typing import Any, Generic, Protocol, TypeVar
+
+from durablesched.errors import (
+    TaskCancelled,
+    TaskFailed,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    WaitInTaskError,
+)
+from durablesched.records import CancelOutcome, TaskRecord
+from durablesched.states import TERMINAL, TaskState
+from durablesched.waiting import Waiter, Waiters
+
+R = TypeVar("R")
+
+#: True while the thread (or coroutine) runs a task's attempt: set by the worker, read
+#: by a handle, which refuses to wait there (:class:`~durablesched.WaitInTaskError`).
+RUNNING_TASK: ContextVar[bool] = ContextVar("durablesched_running_task", default=False)
+
+
+class HandleOwner(Protocol):
+    """What a handle asks of its :class:`~durablesched.Scheduler`."""
+
+    def get(self, task_id: int) -> TaskRecord: ...
+
+    def cancel(self, task_id: int) -> CancelOutcome: ...
+
+    @property
+    def waiters(self) -> Waiters: ...
+
+
+class TaskHandle(Generic[R]):
+    """A stored task, typed by its function's result ``R``.
+
+    Cheap to make and to keep (an id and its scheduler): nothing is read until
+    asked. Equal handles name the same task.
+    """
+
+    __slots__ = ("_id", "_owner", "name")
+
+    def __init__(self, owner: HandleOwner, task_id: int | None, name: str | None = None) -> None:
+        self._owner = owner
+        self._id = task_id
+        #: The task's name, where the handle was made knowing it.
+        self.name = name
+
+    @property
+    def id(self) -> int:
+        """The task's id. A child enqueued by a running task (``ctx.enqueue``) is stored,
+        and given its id, only when that attempt succeeds: its handle has none before
+        (:class:`UnsupportedOperationError`)."""
+        if self._id is None:
+            raise UnsupportedOperationError(
+                f"a child task ({self.name}) enqueued by a running task is stored, and given "
+                "its id, only when that attempt succeeds"
+            )
+        return self._id
+
+    def record(self) -> TaskRecord:
+        """The task as stored now; :class:`TaskNotFoundError` if there is none."""
+        return self._owner.get(self.id)
+
+    def state(self) -> TaskState:
+        """The task's state now."""
+        return self.record().state
+
+    def cancel(self) -> CancelOutcome:
+        """Cancel the task, as ``scheduler.cancel`` does (and says)."""
+        return self._owner.cancel(self.id)
+
+    def result(self, timeout: float | None = None) -> R:
+        """Block until the task is finished and return its result (as stored: JSON).
+
+        :class:`TaskFailed` (its error, attempts and traceback) if it failed,
+        :class:`TaskCancelled` if it was cancelled, ``TimeoutError`` if ``timeout``
+        seconds pass first, :class:`TaskNotFoundError` if no task has the id.
+        Refused inside a running task (:class:`WaitInTaskError`).
+        """
+        _refuse_in_task(self)
+        record: TaskRecord | None = self._owner.get(self.id)
+        if record is not None and record.state not in TERMINAL:
+            waiter = Waiter()
+            waiters = self._owner.waiters
+            waiters.add(self.id, waiter)
+            if not waiter.wait(timeout):
+                waiters.discard(self.id, waiter)
+                if not waiter.wait(0):  # not delivered in the meantime either
+                    raise TimeoutError(_timed_out(self.id, timeout))
+            record = waiter.record
+        result: R = _outcome(self.id, record)
+        return result
+
+    async def aresult(self, timeout: float | None = None) -> R:
+        """:meth:`result` for asyncio code: awaits without blocking the event loop (and
+        without a read of its own: the waiting thread reads for every handle at once)."""
+        _refuse_in_task(self)
+        waiter = Waiter(asyncio.get_running_loop())
+        assert waiter.future is not None
+        waiters = self._owner.waiters
+        waiters.add(self.id, waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                record = await waiter.future
+        except BaseException as e:  # timed out, or the awaiting coroutine was cancelled
+            waiters.discard(self.id, waiter)  # nothing if it was delivered meanwhile
+            if isinstance(e, TimeoutError):
+                raise TimeoutError(_timed_out(self.id, timeout)) from None
+            raise
+        result: R = _outcome(self.id, record)
+        return result
+
+    def __await__(self) -> Generator[Any, None, R]:
+        """``await handle``: :meth:`aresult` without a timeout."""
+        return self.aresult().__await__()
+
+    async def arecord(self) -> TaskRecord:
+        """:meth:`record`, read on a worker thread of the event loop's executor."""
+        return await asyncio.to_thread(self.record)
+
+    async def astate(self) -> TaskState:
+        """:meth:`state`, read on a worker thread of the event loop's executor."""
+        return (await self.arecord()).state
+
+    async def acancel(self) -> CancelOutcome:
+        """:meth:`cancel`, on a worker thread of the event loop's executor."""
+        return await asyncio.to_thread(self.cancel)
+
+    def __eq__(self, other: object) -> bool:
+        if self._id is None:
+            return other is self
+        return isinstance(other, TaskHandle) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id) if self._id is not None else id(self)
+
+    def __repr__(self) -> str:
+        name = "" if self.name is None else f" ({self.name})"
+        task = "child to be stored" if self._id is None else str(self._id)
+        return f"<TaskHandle {task}{name}>"
+
+
+def _outcome(task_id: int, record: TaskRecord | None) -> Any:
+    if record is None:
+        raise TaskNotFoundError(f"no task with id {task_id} (deleted while waited on?)")
+    if record.state is TaskState.SUCCEEDED:
+        return record.result
+    if record.state is TaskState.CANCELLED:
+        cancelled = TaskCancelled(f"task {task_id} ({record.name}) was cancelled")
+        cancelled.task_id = task_id
+        raise cancelled
+    raise TaskFailed(task_id, record.name, record.last_error, record.attempts)
+
+
+def _timed_out(task_id: int, timeout: float | None) -> str:
+    if not timeout:
+        return f"task {task_id} is not finished"
+    return f"task {task_id} did not finish within {timeout:g} s"
+
+
+def _refuse_in_task(handle: TaskHandle[Any]) -> None:
+    if RUNNING_TASK.get():
+        raise WaitInTaskError(
+            f"waiting on {handle!r} inside a running task is refused: the waiting "
+            "task would hold its worker slot, and a worker whose every slot waits on "
+            "tasks that need a slot never finishes. Submit a follow-up task instead "
+            '(docs/api.md, "Handles")'
+        )

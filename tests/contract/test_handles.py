@@ -1,0 +1,391 @@
+"""Typed tasks and their handles (docs/api.md, "Typed tasks" and "Handles"), on every backend:
+enqueue checks and stores what the function takes, a handle reads and waits for its task,
+and the store's ``finished`` read and ``watch_finished`` watcher that waiting stands on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Collection, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durablesched import (
+    CancelOutcome,
+    InvalidTaskError,
+    ManualClock,
+    RetryPolicy,
+    Scheduler,
+    Task,
+    TaskCancelled,
+    TaskContext,
+    TaskFailed,
+    TaskHandle,
+    TaskNotFoundError,
+    TaskRegistry,
+    TaskState,
+    UnknownTaskNameError,
+    UnsupportedOperationError,
+    WaitInTaskError,
+)
+from durablesched.records import Outcome
+from durablesched.testing import run_due
+
+from ..conftest import BackendStore
+
+WAIT = 10.0  # seconds: the bound on every wait below; none should take near it
+
+
+@pytest.fixture
+def tasks() -> TaskRegistry:
+    registry = TaskRegistry(default_retry=RetryPolicy(max_attempts=1))
+
+    @registry.task("add")
+    def add(a: int, b: int = 0, *, scale: int = 1) -> int:
+        return (a + b) * scale
+
+    @registry.task("boom")
+    def boom(message: str) -> None:
+        raise ValueError(message)
+
+    @registry.task("chain", pass_context=True)
+    def chain(ctx: TaskContext, n: int) -> str:
+        child = ctx.enqueue(add, n, b=1)
+        try:
+            child.result()
+        except WaitInTaskError as e:
+            return f"refused: {e}"
+        return "waited"
+
+    @registry.task("wait_inside")
+    def wait_inside(task_id: int) -> str:
+        try:
+            Scheduler(store_of[0], registry=registry).handle(task_id).result(timeout=0)
+        except WaitInTaskError:
+            return "refused"
+        return "waited"
+
+    @registry.task("await_inside", pass_context=True)
+    async def await_inside(ctx: TaskContext, task_id: int) -> str:
+        try:
+            await ctx.scheduler.handle(task_id).aresult(timeout=0)
+        except WaitInTaskError:
+            return "refused"
+        return "waited"
+
+    return registry
+
+
+#: The store of the test running (for the task that makes a scheduler of its own).
+store_of: list[BackendStore] = []
+
+
+@pytest.fixture
+def sched(store: BackendStore, tasks: TaskRegistry, clock: ManualClock) -> Iterator[Scheduler]:
+    store_of[:] = [store]
+    scheduler = Scheduler(store, registry=tasks, clock=clock)
+    yield scheduler
+    scheduler.close()  # the waiting thread and its watcher, before the store closes
+
+
+def task_of(registry: TaskRegistry, name: str) -> Task[..., object]:
+    return Task(registry.get(name))
+
+
+def test_a_task_is_still_the_function(tasks: TaskRegistry) -> None:
+    add = task_of(tasks, "add")
+    assert add(2, 3, scale=2) == 10
+    assert getattr(add, "__name__", None) == "add"  # the function's, for help() and docs
+    assert add.name == "add"
+    assert "add(a, b=0, *, scale=1)" in repr(add)
+
+
+def test_enqueue_stores_positional_and_keyword_arguments(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handle = sched.enqueue(add, 2, b=3, scale=4)
+    assert isinstance(handle, TaskHandle)
+    record = handle.record()
+    assert (record.name, record.args) == ("add", {"*args": [2], "b": 3, "scale": 4})
+    assert handle.state() is TaskState.PENDING
+    assert run_due(sched) == 1
+    assert handle.result() == 20
+    assert handle.state() is TaskState.SUCCEEDED
+
+
+def test_enqueue_refuses_arguments_the_function_cannot_take(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    with pytest.raises(InvalidTaskError, match=r"add\(a, b=0, \*, scale=1\).*unexpected"):
+        sched.enqueue(add, 1, nope=2)
+    with pytest.raises(InvalidTaskError, match="missing a required argument"):
+        sched.enqueue(add)
+    with pytest.raises(InvalidTaskError, match="JSON-serialisable"):
+        sched.enqueue(add, object())
+    assert sched.list_tasks() == []  # nothing stored
+
+
+def test_a_scheduler_with_a_registry_refuses_a_task_of_another(sched: Scheduler) -> None:
+    other = TaskRegistry()
+
+    @other.task("elsewhere")
+    def elsewhere() -> None: ...
+
+    with pytest.raises(UnknownTaskNameError, match="elsewhere"):
+        sched.enqueue(elsewhere)
+    # A submit-only scheduler (no registry) takes it, checked against its own definition.
+    bare = Scheduler(sched.store, clock=sched.clock)
+    assert bare.enqueue(elsewhere).record().name == "elsewhere"
+    with pytest.raises(InvalidTaskError, match="too many positional"):
+        bare.enqueue(elsewhere, 1)  # type: ignore[call-overload]
+
+
+def test_options_are_the_submit_options(sched: Scheduler, clock: ManualClock) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    at = datetime(2031, 1, 1, tzinfo=UTC)
+    record = sched.enqueue(
+        add.options(at=at, key="k1", queue="maths", priority=7, max_attempts=3), 1
+    ).record()
+    assert (record.due_at, record.idempotency_key, record.queue, record.priority) == (
+        at,
+        "k1",
+        "maths",
+        7,
+    )
+    assert record.max_attempts == 3
+    delayed = sched.enqueue(add.options(at=at).options(delay=60), 1).record()
+    assert delayed.due_at == clock.now() + timedelta(seconds=60)  # the later one stands
+    # The same key: the handle of the task that holds it.
+    assert sched.enqueue(add.options(key="k1"), 5).id == record.id
+    with pytest.raises(InvalidTaskError, match="priority"):
+        sched.enqueue(add.options(priority=1000), 1)
+    with pytest.raises(InvalidTaskError, match="either at= or delay="):
+        sched.enqueue(add.options(at=at, delay=1), 1)
+    # An option named like a parameter never collides with it.
+    assert add.options(priority=3).submit_options.priority == 3
+    assert add.submit_options.priority is None  # options() made a new task
+
+
+def test_enqueue_many_stores_all_or_none(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    boom = task_of(sched.registry or TaskRegistry(), "boom")
+    handles = sched.enqueue_many([add.bind(i, b=i) for i in range(5)] + [boom.bind("x")])
+    assert [h.record().name for h in handles] == ["add"] * 5 + ["boom"]
+    assert len({h.id for h in handles}) == 6
+    run_due(sched)
+    assert [h.result() for h in handles[:5]] == [0, 2, 4, 6, 8]
+    with pytest.raises(InvalidTaskError):
+        sched.enqueue_many([add.bind(1), add.bind(2, zzz=3)])
+    assert len(sched.list_tasks()) == 6  # the bad batch stored nothing
+    assert sched.enqueue_many([]) == []
+
+
+def test_a_failed_task_raises_task_failed_with_its_error(sched: Scheduler) -> None:
+    boom = task_of(sched.registry or TaskRegistry(), "boom")
+    handle = sched.enqueue(boom, "it broke")
+    run_due(sched)
+    with pytest.raises(TaskFailed, match=r"failed after 1 attempt: builtins.ValueError: it broke"):
+        handle.result()
+    try:
+        handle.result()
+    except TaskFailed as e:
+        assert (e.task_id, e.name, e.attempts) == (handle.id, "boom", 1)
+        assert e.error is not None and e.error.type == "builtins.ValueError"
+        assert "raise ValueError(message)" in e.traceback
+
+
+def test_a_cancelled_task_raises_task_cancelled(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handle = sched.enqueue(add.options(delay=60), 1)
+    assert handle.cancel() is CancelOutcome.CANCELLED
+    with pytest.raises(TaskCancelled, match="was cancelled") as raised:
+        handle.result()
+    assert raised.value.task_id == handle.id
+
+
+def test_a_timeout_raises_timeout_error(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handle = sched.enqueue(add.options(delay=60), 1)
+    with pytest.raises(TimeoutError, match=f"task {handle.id} is not finished"):
+        handle.result(timeout=0)
+    assert sched.waiters.waiting == 0  # the timed-out wait left nothing behind
+
+
+def test_a_handle_from_an_id(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    task_id = sched.enqueue(add, 4).id
+    run_due(sched)
+    assert sched.handle(task_id, add).result() == 4
+    assert sched.handle(task_id) == sched.handle(task_id, add)
+    with pytest.raises(TaskNotFoundError):
+        sched.handle(task_id + 1000).result()
+    with pytest.raises(TaskNotFoundError):
+        sched.handle(task_id + 1000).state()
+    with pytest.raises(InvalidTaskError, match="integer"):
+        sched.handle("7")  # type: ignore[call-overload]
+
+
+def test_a_waiting_handle_wakes_when_its_task_finishes(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handles = [sched.enqueue(add, i) for i in range(20)]
+    results: dict[int, object] = {}
+    waiting = threading.Barrier(len(handles) + 1, timeout=WAIT)
+
+    def wait(handle: TaskHandle[object]) -> None:
+        waiting.wait()
+        results[handle.id] = handle.result(timeout=WAIT)
+
+    threads = [threading.Thread(target=wait, args=(h,)) for h in handles]
+    for thread in threads:
+        thread.start()
+    waiting.wait()
+    run_due(sched)
+    for thread in threads:
+        thread.join(WAIT)
+    assert results == {h.id: i for i, h in enumerate(handles)}
+
+
+def test_handles_are_awaited_together(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+
+    async def main() -> list[object]:
+        handles = [await sched.aenqueue(add, i, scale=2) for i in range(10)]
+        waiting = [asyncio.ensure_future(h.aresult(timeout=WAIT)) for h in handles]
+        await asyncio.sleep(0)  # every wait registered before the tasks run
+        await asyncio.to_thread(run_due, sched)
+        results = await asyncio.gather(*waiting)
+        assert await handles[0] == 0
+        assert await handles[1].astate() is TaskState.SUCCEEDED
+        assert (await handles[1].arecord()).result == 2
+        return list(results)
+
+    assert asyncio.run(main()) == [2 * i for i in range(10)]
+
+
+def test_async_reads_and_submits(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+
+    async def main() -> None:
+        (one, two) = await sched.aenqueue_many([add.bind(1), add.bind(2)])
+        task_id = await sched.asubmit("add", {"a": 5})
+        ids = await sched.asubmit_many("add", [{"a": 6}, {"a": 7}])
+        assert (await sched.aget(task_id)).args == {"a": 5}
+        assert len(await sched.alist_tasks(name="add")) == 5
+        assert await sched.acancel(ids[0]) is CancelOutcome.CANCELLED
+        assert await sched.handle(ids[1]).acancel() is CancelOutcome.CANCELLED
+        assert [e.state for e in await sched.ahistory(ids[0])][-1] is TaskState.CANCELLED
+        assert await sched.aattempts(one.id) == []
+        with pytest.raises(TimeoutError):
+            await two.aresult(timeout=0.001)
+        assert sched.waiters.waiting == 0
+
+    asyncio.run(main())
+
+
+def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:
+    registry = sched.registry or TaskRegistry()
+    add, chain = task_of(registry, "add"), task_of(registry, "chain")
+    wait_inside, await_inside = task_of(registry, "wait_inside"), task_of(registry, "await_inside")
+    other = sched.enqueue(add, 1)
+    handles = [
+        sched.enqueue(chain, 3),
+        sched.enqueue(wait_inside, other.id),
+        sched.enqueue(await_inside, other.id),
+    ]
+    run_due(sched)
+    results = [h.result() for h in handles]
+    assert str(results[0]).startswith("refused: waiting on <TaskHandle child to be stored (add)>")
+    assert results[1:] == ["refused", "refused"]
+    # The child enqueued by "chain" was stored with its success.
+    children = [t for t in sched.list_tasks(name="add") if t.id != other.id]
+    assert [c.args for c in children] == [{"*args": [3], "b": 1}]
+
+
+def test_a_childs_handle_has_no_id_until_stored(sched: Scheduler, clock: ManualClock) -> None:
+    registry = sched.registry or TaskRegistry()
+    add = task_of(registry, "add")
+    sched.submit("add", {"a": 0})
+    (claim,) = sched.store.claim("w", 1, clock.now(), timedelta(seconds=30))
+    ctx = TaskContext(claim, sched)
+    child = ctx.enqueue(add.options(queue="kids", priority=3), 1, b=2)
+    with pytest.raises(UnsupportedOperationError, match="only when that attempt succeeds"):
+        _ = child.id
+    assert ctx.children[0].queue == "kids" and ctx.children[0].priority == 3
+    with pytest.raises(InvalidTaskError, match="unexpected"):
+        ctx.enqueue(add, 1, zzz=2)
+    assert len(ctx.children) == 1
+
+
+# -- the store's side: finished() and watch_finished() -----------------------------------------
+
+
+def test_finished_answers_finished_and_missing_tasks(
+    store: BackendStore, clock: ManualClock
+) -> None:
+    scheduler = Scheduler(store, clock=clock)
+    done, live, cancelled = (scheduler.submit("t") for _ in range(3))
+    scheduler.cancel(cancelled)
+    (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+    assert claim.task_id == done
+    store.complete(claim, {"ok": True}, clock.now())
+    found = store.finished([done, live, cancelled, 999_999])
+    assert set(found) == {done, cancelled, 999_999}
+    record = found[done]
+    assert record is not None and (record.state, record.result) == (
+        TaskState.SUCCEEDED,
+        {"ok": True},
+    )
+    cancelled_record = found[cancelled]
+    assert cancelled_record is not None and cancelled_record.state is TaskState.CANCELLED
+    assert found[999_999] is None
+    assert store.finished([]) == {}
+
+
+def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: ManualClock) -> None:
+    """Every way a task finishes reaches the watcher: a group commit's outcomes, a cancel
+    before start. (SQLite's watcher cannot say which tasks: it says None, "some".)"""
+    scheduler = Scheduler(store, clock=clock)
+    ids = [scheduler.submit("t") for _ in range(3)]
+    heard: set[int] = set()
+    some = threading.Event()
+    told = threading.Condition()
+
+    def on_finished(task_ids: Collection[int] | None) -> None:
+        with told:
+            if task_ids is None:
+                some.set()
+            else:
+                heard.update(task_ids)
+            told.notify_all()
+
+    def hears(expected: set[int]) -> bool:
+        """The watcher said these finished (by id; SQLite's says "some", not which)."""
+        with told:
+            if _says_some(store):
+                ok = told.wait_for(some.is_set, WAIT)
+                some.clear()
+                return ok
+            return told.wait_for(lambda: expected <= heard, WAIT)
+
+    watcher = store.watch_finished()
+    assert watcher is not None
+    watcher.start(on_finished)
+    try:
+        claims = store.claim("w", 2, clock.now(), timedelta(seconds=30))
+        results, _ = store.record_and_claim(
+            [Outcome(c, result=c.task_id) for c in claims],
+            clock.now(),
+            owner="w",
+            limit=0,
+            lease=timedelta(seconds=30),
+        )
+        assert results == [TaskState.SUCCEEDED, TaskState.SUCCEEDED]
+        assert hears(set(ids[:2]))
+        scheduler.cancel(ids[2])
+        assert hears({ids[2]})
+        assert not some.is_set() or _says_some(store)  # PostgreSQL and memory name them
+    finally:
+        watcher.close()
+
+
+def _says_some(store: BackendStore) -> bool:
+    return type(store).__name__ == "SQLiteStore"
