@@ -152,9 +152,7 @@ def build_postgres(url: str, tasks: int, recent: int) -> None:
             ) as copy:
                 for row in event_rows:
                     copy.write_row(row)
-        conn.execute(
-            "UPDATE durablesched_counters SET value = %s WHERE name = 'task_seq'", (tasks,)
-        )
+        conn.execute("SELECT setval('durablesched_task_seq', %s)", (tasks,))
         for q in QUEUES[1:]:
             conn.execute(
                 "INSERT INTO durablesched_queues (name) VALUES (%s) ON CONFLICT DO NOTHING", (q,)

@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
 from durablesched import PostgresStore, SchemaError, SQLiteStore, TaskState
-from durablesched.records import NewTask, TaskQuery
+from durablesched.records import TaskQuery
 from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.postgres import create_postgres_engine
 from durablesched.store.sql.schema import metadata
@@ -61,12 +61,20 @@ def test_upgrade_from_0008_keeps_every_task_and_adds_the_indexes(
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), "0008")
         assert not _indexes(engine) & INDEXES
-        # Tasks written at 0008, by a store of this release that skips the schema check.
-        old = _open(url, verify_schema=False)
-        try:
-            old.submit([NewTask("old", {"i": i}, T0, 1, f"k{i}") for i in range(3)], T0)
-        finally:
-            old.close()
+        # Tasks written at 0008 as that release wrote them: ids from the counter row
+        # (this release takes them from a sequence on PostgreSQL, made by a later step).
+        stamp = "2030-01-01 00:00:00.000000" if engine.dialect.name == "sqlite" else T0
+        with engine.begin() as conn:
+            for i in range(1, 4):
+                conn.execute(
+                    text(
+                        "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, "
+                        "max_attempts, fence, idempotency_key, created_at, updated_at) "
+                        "VALUES (:id, :id, 'old', '{}', 'PENDING', :at, 0, 1, 0, :key, :at, :at)"
+                    ),
+                    {"id": i, "key": f"k{i - 1}", "at": stamp},
+                )
+            conn.execute(text("UPDATE durablesched_counters SET value = 3 WHERE name = 'task_seq'"))
         with pytest.raises(SchemaError, match="durablesched migrate"):
             _open(url)
         store = _open(url, migrate=True)

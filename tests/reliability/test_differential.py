@@ -1114,7 +1114,7 @@ class PostgresAgrees(StoresAgree):
                     "rate_seconds = NULL, paused = 0"
                 )
             )
-            conn.execute(text("UPDATE durablesched_counters SET value = 0 WHERE name = 'task_seq'"))
+            conn.execute(text("ALTER SEQUENCE durablesched_task_seq RESTART WITH 1"))
         return store
 
     def teardown(self) -> None:

@@ -246,7 +246,7 @@ class PostgresSchedulesAgree(SchedulesAgree):
                     "CASCADE"
                 )
             )
-            conn.execute(text("UPDATE durablesched_counters SET value = 0"))
+            conn.execute(text("ALTER SEQUENCE durablesched_task_seq RESTART WITH 1"))
         return store
 
     def teardown(self) -> None:

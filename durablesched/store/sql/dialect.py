@@ -43,7 +43,9 @@ class SQLDialect:
     #: The earliest due time after ``:now``, filtered by names and by queues (flags).
     next_due: Callable[[bool, bool], TextClause]
     insert_task: str
-    #: The submission lines of tasks ``:first`` to ``:last`` (statements.SUBMITTED_EVENTS).
+    #: The submission lines of the tasks just stored: ids ``:first`` to ``:last``
+    #: (statements.SUBMITTED_EVENTS), or exactly ``:ids`` where ids taken together need
+    #: not be contiguous (a sequence that others take from too).
     submitted_events: str
     insert_events: str
     record_keys: str
@@ -66,8 +68,22 @@ class SQLDialect:
     find_hints: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
-    #: Run first in a submitting transaction, if the database needs it.
-    lock_submissions: TextClause | None = None
+    #: ``:n`` fresh task ids (and ``seq`` values) as rows, ascending, taken without a
+    #: lock that outlasts the statement (a sequence), as the driver takes it; None:
+    #: the counter row (``statements.SQL_ALLOCATE``), where one writer at a time is
+    #: the database's rule anyway.
+    allocate: str | None = None
+    #: :data:`insert_task` for one task with a key, storing nothing (and returning no
+    #: row) if a key-holding task has the key; None: keys are looked up first, with
+    #: no concurrent writer to race (SQLite). A transaction still open that holds the
+    #: key makes this wait for it to end: the only enqueue that waits on another.
+    insert_keyed_task: str | None = None
+    #: A new queue's row is made in a short transaction of its own, not the caller's:
+    #: so that two open transactions submitting to a new queue never wait on each other.
+    queues_apart: bool = False
+    #: Run first when receiving moved tasks from database ``:source``: receivers of the
+    #: same source take turns (its copies table rows), no one else waits.
+    lock_receiving: TextClause | None = None
     #: Run in a claim before counting what limited queues (``:names``) run: many
     #: hosts claim at once on PostgreSQL; SQLite has one writer anyway.
     lock_queues: TextClause | None = None

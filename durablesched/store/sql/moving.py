@@ -13,11 +13,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
+from durablesched.errors import StoreError
 from durablesched.records import SUBMITTED, TaskRecord, join_trace
 from durablesched.states import TaskState
 from durablesched.store.sql.codec import dump, error_json, record
 from durablesched.store.sql.statements import (
-    SQL_ALLOCATE,
     SQL_CONFIRM_MOVE,
     SQL_COPIED,
     SQL_ENSURE_QUEUE,
@@ -30,6 +30,7 @@ from durablesched.store.sql.statements import (
     SQL_LIVE_IDS,
     SQL_RECORD_COPY,
 )
+from durablesched.store.sql.submitting import allocate
 from durablesched.store.sql.transactions import Transactions
 
 
@@ -108,8 +109,8 @@ def receive(
     """
     results: list[tuple[int, str]] = []
     with tx._write("receiving copied tasks") as conn:
-        if tx.dialect.lock_submissions is not None:
-            conn.execute(tx.dialect.lock_submissions)
+        if tx.dialect.lock_receiving is not None:
+            conn.execute(tx.dialect.lock_receiving, {"source": source})
         for task, state in moved:
             results.append(_arrive(tx, conn, source, task, state, now))
         tx._wake_others(conn)
@@ -136,8 +137,8 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
     if holder is not None:
         conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
         return int(holder), "key"
-    new_id = int(conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one())
-    conn.execute(
+    new_id = int(allocate(tx, conn, 1)[0])
+    stored = conn.execute(
         SQL_INSERT_COPY,
         {
             "id": new_id,
@@ -154,7 +155,18 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
             "queue": task.queue,
             "priority": task.priority,
         },
-    )
+    ).first()
+    if stored is None:
+        # A submit here took the key after the look-up (PostgreSQL: submitters take no
+        # common lock) and has committed: the key's task is the arrival, as above.
+        holder = conn.execute(SQL_FIND_KEY, {"key": task.idempotency_key}).scalar()
+        if holder is None:
+            raise StoreError(
+                f"task {task.id}'s idempotency key {task.idempotency_key!r} changed hands "
+                "while it arrived: run the move again"
+            )
+        conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
+        return int(holder), "key"
     conn.execute(SQL_ENSURE_QUEUE, {"name": task.queue})
     # Its first line is its submission, when and where it happened; then its arrival.
     tx._event(

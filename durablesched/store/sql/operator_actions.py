@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import TextClause
+from sqlalchemy import TextClause, exc
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import QueueInfo
@@ -22,7 +22,6 @@ from durablesched.store.sql.codec import error_from_json, from_db_time
 from durablesched.store.sql.statements import (
     SQL_ACTIVITY_COUNTS,
     SQL_ACTIVITY_RECLAIMS,
-    SQL_ALLOCATE,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
     SQL_OLDEST_OVERDUE,
@@ -36,6 +35,7 @@ from durablesched.store.sql.statements import (
     SQL_STATE,
     sql_activity_durations,
 )
+from durablesched.store.sql.submitting import allocate
 from durablesched.store.sql.transactions import Transactions
 
 #: The states a requeue takes a task from (docs/cli.md, ``durablesched retry``).
@@ -50,8 +50,6 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
     """
     stamp = tx._t(now)
     with tx._write(f"requeueing task {task_id}") as conn:
-        if tx.dialect.lock_submissions is not None:
-            conn.execute(tx.dialect.lock_submissions)
         state = conn.execute(SQL_STATE, {"id": task_id}).scalar()
         if state is None:
             raise TaskNotFoundError(f"no task with id {task_id}")
@@ -66,8 +64,15 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
             raise InvalidTransitionError(
                 f"task {task_id}'s idempotency key is now held by task {holder}"
             )
-        seq = conn.execute(SQL_ALLOCATE, {"n": 1}).scalar_one()
-        conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
+        seq = allocate(tx, conn, 1)[0]
+        try:
+            conn.execute(SQL_REQUEUE, {"id": task_id, "now": stamp, "seq": seq})
+        except exc.IntegrityError:
+            # A submit with the same key committed since the look-up above
+            # (PostgreSQL: submitters take no common lock): the key is taken.
+            raise InvalidTransitionError(
+                f"task {task_id}'s idempotency key is now held by another task"
+            ) from None
         tx._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
         tx._wake_others(conn)
 

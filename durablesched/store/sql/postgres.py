@@ -3,7 +3,7 @@
 Everything that is PostgreSQL's alone is here: the claim (``FOR UPDATE SKIP
 LOCKED`` behind a materialized CTE), the heartbeat and group commit over
 ``jsonb_each`` that lock rows in id order and write history in the same
-statement, the lock that serialises submitters, NOTIFY on :data:`CHANNEL`, and
+statement, the sequence that hands out task ids, NOTIFY on :data:`CHANNEL`, and
 the :data:`POSTGRES` dialect that hands them to the store. The statements
 both databases share are in :mod:`.statements`. Needs psycopg 3
 (``pip install 'durablesched[postgres]'``).
@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine,
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.records import TASK_KEY_PREFIX, Finding
+from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange, OnFinished
@@ -34,6 +34,7 @@ from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,
+    INSERT_KEYED_TASK,
     INSERT_TASK,
     NAMES,
     NAMES_FILTER,
@@ -41,7 +42,6 @@ from durablesched.store.sql.statements import (
     QUEUES_FILTER,
     RECORD_KEYS,
     SQL_LIVE_QUEUE_COUNTS,
-    SUBMITTED_EVENTS,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -147,9 +147,24 @@ COMPLETE_MANY = (
     "SELECT id, :now, 'SUCCEEDED', attempts, NULL FROM done) "
     "SELECT id, attempts, idempotency_key, result FROM done"
 )
-#: Submitters take the counter row first: the idempotency-key check that
-#: follows then sees every earlier submission (SQLite's IMMEDIATE does this).
-LOCK_SUBMISSIONS = "SELECT value FROM durablesched_counters WHERE name = 'task_seq' FOR UPDATE"
+#: ``:n`` fresh task ids, ascending. ``nextval`` locks nothing beyond the call, so a
+#: submit in a transaction that stays open holds up no other submit (migration 0010
+#: replaced a counter row taken FOR UPDATE until commit). The sequence caches no
+#: values per session: ids stay close to the order in which submits ran.
+ALLOCATE = "SELECT nextval('durablesched_task_seq') AS id FROM generate_series(1, :n) ORDER BY id"
+#: The submission lines of exactly the tasks just stored (``:ids``): ids taken together
+#: need not be contiguous, and a task another transaction committed in between may lie
+#: among them (statements.SUBMITTED_EVENTS, by range, is SQLite's).
+SUBMITTED_EVENTS = (
+    "INSERT INTO task_events (task_id, at, state, attempt, detail) "
+    f"SELECT id, created_at, 'PENDING', 0, '{SUBMITTED}' FROM tasks "
+    "WHERE id = ANY(:ids) ORDER BY id"
+)
+#: Receivers of tasks moved from database ``:source`` take turns (the copies it
+#: recorded must be read and written as one step); anyone else goes on.
+LOCK_RECEIVING = (
+    "SELECT pg_advisory_xact_lock(hashtext('durablesched_copies'), hashtext(CAST(:source AS text)))"
+)
 #: The channel a PostgreSQL worker LISTENs on; delivered when the sender commits.
 CHANNEL = "durablesched"
 #: Wake every listening worker once this transaction commits.
@@ -241,6 +256,10 @@ POSTGRES = SQLDialect(
     complete_many=pyformat(COMPLETE_MANY),
     next_due=functools.cache(_next_due),
     insert_task=INSERT_TASK.format(p="%s"),
+    allocate=pyformat(ALLOCATE),
+    insert_keyed_task=INSERT_KEYED_TASK.format(p="%s"),
+    queues_apart=True,
+    lock_receiving=text(LOCK_RECEIVING),
     submitted_events=pyformat(SUBMITTED_EVENTS),
     insert_events=INSERT_EVENTS.format(p="%s"),
     record_keys=RECORD_KEYS.format(p="%s"),
@@ -250,7 +269,6 @@ POSTGRES = SQLDialect(
     minute_counts=MINUTE_COUNTS,
     live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
     driver=pyformat,
-    lock_submissions=text(LOCK_SUBMISSIONS),
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     notify=text(NOTIFY),
     notify_finished=text(NOTIFY_FINISHED),

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Sequence,
     Table,
     Text,
     text,
@@ -154,7 +155,12 @@ idempotency_keys = Table(
 )
 Index("ix_idempotency_keys_task_id", idempotency_keys.c.task_id)
 
-#: Allocates ``tasks.seq`` (and new ids) so that neither is ever reused.
+#: On PostgreSQL, hands out task ids and ``tasks.seq`` (migration 0010: ``nextval``
+#: holds no lock, where a counter row stayed locked until the submitter committed).
+task_seq = Sequence("durablesched_task_seq", metadata=metadata)
+
+#: The row ``task_seq`` allocates ``tasks.seq`` (and new ids) on SQLite, so that
+#: neither is ever reused; the row ``instance`` is the database's identity.
 counters = Table(
     "durablesched_counters",
     metadata,

@@ -13,7 +13,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
 from durablesched.records import SUBMITTED, Environment
-from durablesched.store.sql.predicates import CLAIMABLE_SQL
+from durablesched.store.sql.predicates import CLAIMABLE_SQL, KEY_HOLDING_SQL
 
 # -- pieces --------------------------------------------------------------------------------------
 
@@ -40,7 +40,8 @@ NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
 
 # -- submitting ----------------------------------------------------------------------------------
 
-#: Take ``:n`` task ids (and seqs) from the counter; returns the last one taken.
+#: Take ``:n`` task ids (and seqs) from the counter; returns the last one taken
+#: (SQLite: PostgreSQL takes them from a sequence, ``postgres.ALLOCATE``).
 SQL_ALLOCATE = text(
     "UPDATE durablesched_counters SET value = value + :n WHERE name = 'task_seq' RETURNING value"
 )
@@ -55,6 +56,15 @@ INSERT_TASK = (
     "idempotency_key, created_at, updated_at, queue, priority) "
     "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p}, {p}, {p})"
 )
+#: The conflict target of a key-holding task's key: the partial unique index
+#: ``ux_tasks_idempotency_key``, named by its columns and predicate.
+KEY_HOLDER_CONFLICT = (
+    f"ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"
+)
+#: One keyed task, or nothing if a key-holding task has its key (``RETURNING`` tells).
+INSERT_KEYED_TASK = f"{INSERT_TASK} {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
+#: Whether queue ``:name`` has its row.
+SQL_QUEUE_EXISTS = text("SELECT 1 FROM durablesched_queues WHERE name = :name")
 #: A queue's row, made the first time a task is submitted to it.
 SQL_ENSURE_QUEUE = text(
     "INSERT INTO durablesched_queues (name) VALUES (:name) ON CONFLICT (name) DO NOTHING"
@@ -539,10 +549,11 @@ SQL_RECORD_COPY = text(
     "INSERT INTO durablesched_copies (source, source_id, task_id, copied_at) "
     "VALUES (:source, :source_id, :task_id, :now)"
 )
-#: An arriving task, stored in the state it left in, with its attempts so far.
+#: An arriving task, stored in the state it left in, with its attempts so far; or
+#: nothing (no row back) if a key-holding task here has its key.
 SQL_INSERT_COPY = text(
     "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
     "last_error, idempotency_key, created_at, updated_at, queue, priority) VALUES (:id, :id, "
     ":name, :args, :state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, "
-    ":created_at, :now, :queue, :priority)"
+    f":created_at, :now, :queue, :priority) {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
 )

@@ -228,8 +228,11 @@ class Transactions:
 
     # -- the hot path: straight to the driver ----------------------------------------------------
 
-    def _rows(self, conn: Executor, sql: str, params: dict[str, Any]) -> list[Any]:
-        """A hot-path statement (from the dialect) straight through the driver: its rows."""
+    def _rows(
+        self, conn: Executor, sql: str, params: dict[str, Any] | tuple[Any, ...]
+    ) -> list[Any]:
+        """A hot-path statement (from the dialect) straight through the driver: its rows
+        (``params`` by name, or by position for a ``%s`` statement)."""
         cursor = conn.connection.cursor()
         try:
             cursor.execute(sql, params)
