@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ import pytest
 from durablesched import InvalidTransitionError, TaskState
 from durablesched.records import ErrorInfo, NewTask, Submitted
 from durablesched.store.sql.postgres import PostgresStore
+from durablesched.store.sql.sqlite import SQLiteStore
 from tests.conftest import T0, WAIT, _libpq
 
 #: Enqueuers running while one transaction that enqueued stays open, and how many each.
@@ -323,3 +325,28 @@ def _wait_until_someone_blocked(store: PostgresStore) -> None:
                 return
             assert time.monotonic() < deadline, "nobody waited for a lock"
             time.sleep(0.01)  # polling the server's view, not timing the test
+
+
+def test_a_moved_task_meeting_a_new_holder_of_its_key_becomes_that_task(
+    pg: tuple[str, PostgresStore], tmp_path: Path
+) -> None:
+    """`durablesched move` receives a task whose key an open transaction here has just
+    submitted: the receiver waits for it, then records the arrival as that task."""
+    url, store = pg
+    source = SQLiteStore(tmp_path / "source.db")
+    t1 = _connect(url)
+    try:
+        source.submit([_task("k")], T0)
+        moved = source.hand_over(store.instance(), T0)
+        (mine,) = store.submit([_task("k")], T0, connection=t1)
+        arrival = Worker(lambda: store.receive(source.instance(), moved, T0))
+        arrival.start()
+        _wait_until_someone_blocked(store)  # past its look-up, at the unique index
+        t1.commit()
+        assert arrival.outcome() == [(mine.task_id, "key")]
+        again = store.receive(source.instance(), moved, T0)
+        assert again == [(mine.task_id, "already")]
+    finally:
+        t1.rollback()
+        t1.close()
+        source.close()
