@@ -17,7 +17,7 @@ from durablesched.store.health import check_database
 from durablesched.store.sql.migrate import head_revision
 from durablesched.store.sql.postgres import PostgresStore
 
-from ..conftest import WAIT
+from ..conftest import T0, WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,4 +117,23 @@ def test_postgres_healthy_then_a_missing_index_is_a_finding(pg_url: str) -> None
     assert (finding["check"], finding["problem"]) == (
         "integrity",
         "index ix_tasks_running_lease is missing",
+    )
+
+
+def test_postgres_a_missing_task_sequence_is_a_finding_saying_where_to_restart_it(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url)
+    store.submit([NewTask("t", {}, T0, 1) for _ in range(3)], T0)
+    with store.engine.begin() as conn:
+        conn.execute(text("DROP SEQUENCE durablesched_task_seq"))
+    store.close()
+    result = check(pg_url, "--json")
+    assert result.returncode == 1, result.stderr
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert (
+        finding["problem"] == "sequence durablesched_task_seq is missing: no task can be submitted"
+    )
+    assert finding["advice"].endswith(
+        "CREATE SEQUENCE durablesched_task_seq AS bigint START WITH 4"
     )

@@ -30,7 +30,7 @@ from durablesched.store.protocol import OnChange, OnFinished
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL
-from durablesched.store.sql.schema import metadata
+from durablesched.store.sql.schema import metadata, task_seq
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,
@@ -181,6 +181,10 @@ OUR_TABLES = tuple(sorted(metadata.tables))
 OUR_INDEXES = tuple(
     sorted(ix.name for t in metadata.tables.values() for ix in t.indexes if ix.name)
 )
+#: The sequence of task ids and seqs (ALLOCATE), which the health check looks for too.
+OUR_SEQUENCE = task_seq.name
+#: The first id above every task's id and seq: where a lost sequence must start again.
+SQL_NEXT_FREE_ID = text("SELECT coalesce(max(greatest(id, seq)), 0) + 1 FROM tasks")
 #: Each of them in the current schema, with an index's validity.
 SQL_CATALOG = text(
     "SELECT c.relname, c.relkind, i.indisvalid, i.indisready FROM pg_class c "
@@ -204,11 +208,10 @@ MINUTE_COUNTS = text(
 
 
 def integrity(conn: Connection) -> list[Finding]:
-    """The catalog's word: our tables and indexes exist, and every index is valid (an
-    interrupted ``CREATE INDEX CONCURRENTLY`` or ``REINDEX`` leaves one that is not)."""
-    found = {
-        r.relname: r for r in conn.execute(SQL_CATALOG, {"names": [*OUR_TABLES, *OUR_INDEXES]})
-    }
+    """The catalog's word: our tables, indexes and sequence exist, and every index is valid
+    (an interrupted ``CREATE INDEX CONCURRENTLY`` or ``REINDEX`` leaves one that is not)."""
+    names = [*OUR_TABLES, *OUR_INDEXES, OUR_SEQUENCE]
+    found = {r.relname: r for r in conn.execute(SQL_CATALOG, {"names": names})}
     if not found:
         return []  # no schema at all: the schema check says so
     findings = [
@@ -222,6 +225,16 @@ def integrity(conn: Connection) -> list[Finding]:
         for name in names
         if name not in found
     ]
+    if OUR_SEQUENCE not in found and "tasks" in found:
+        start = int(conn.execute(SQL_NEXT_FREE_ID).scalar_one())
+        findings.append(
+            Finding(
+                "integrity",
+                f"sequence {OUR_SEQUENCE} is missing: no task can be submitted",
+                f"recreate it above every task id: CREATE SEQUENCE {OUR_SEQUENCE} AS bigint "
+                f"START WITH {start}",
+            )
+        )
     findings.extend(
         Finding(
             "integrity",
