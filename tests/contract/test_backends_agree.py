@@ -80,3 +80,26 @@ def test_requeue_refuses_a_running_task(
     task = store.get(s.task_id)
     assert task is not None and task.state is TaskState.RUNNING
     store.close()
+
+
+def test_a_claim_behind_a_later_claim_takes_nothing_not_yet_due_at_its_time(
+    store: BackendStore,
+) -> None:
+    # A worker that read its clock (10 s) and then waited while another claimed at
+    # 20 s: the later claim made the task due at 15 s ready, but it is not due at 10 s.
+    (s,) = store.submit([new("x", 15)], T0)
+    assert store.claim("w2", 1, at(20), LEASE, names={"other"}) == []
+    assert store.claim("w1", 1, at(10), LEASE) == []
+    assert [c.task_id for c in store.claim("w1", 1, at(15), LEASE)] == [s.task_id]
+
+
+def test_next_wakeup_sees_a_task_a_later_claim_made_ready(store: BackendStore) -> None:
+    # The same ordering for the wake-up: at 12 s the task due at 15 s is still to come,
+    # although a claim at 20 s (for another name) already looked at it.
+    store.submit([new("x", 15)], T0)
+    assert store.claim("w2", 1, at(20), LEASE, names={"other"}) == []
+    assert store.next_wakeup(at(12)) == at(15)
+    assert store.next_wakeup(at(12), names={"x"}) == at(15)
+    assert store.next_wakeup(at(12), queues={"default"}) == at(15)
+    assert store.next_wakeup(at(12), names={"y"}) is None
+    assert store.next_wakeup(at(15)) is None
