@@ -10,6 +10,7 @@ tells the two attempts apart, on every path an outcome is written by.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -141,3 +142,24 @@ def test_a_group_commit_of_many_successes_refuses_only_the_older_fence(
         [Outcome(new, result="fresh")], at(43), owner="w", limit=0, lease=LEASE
     )
     assert results == [TaskState.SUCCEEDED]
+
+
+def test_a_claim_naming_another_owner_is_refused_even_with_the_current_fence(
+    store: BackendStore,
+) -> None:
+    # The owner is checked beside the fence: a claim altered (or built) to name
+    # another worker records nothing, though its task and fence are the current ones.
+    store.submit([NewTask("t", {}, at(10), 5, None)], T0)
+    (claim,) = store.claim("w", 1, at(10), LEASE)
+    forged = replace(claim, owner="intruder")
+    assert store.complete(forged, "forged", at(11)) is False
+    assert store.fail(forged, ERR, None, at(11)) is None
+    assert store.release([forged], at(11)) == 0
+    assert store.heartbeat("intruder", [forged], at(11), LEASE) == []
+    assert store.check_leases("intruder", [forged], at(11)) == []
+    results, _ = store.record_and_claim(
+        [Outcome(forged, result="forged")], at(11), owner="intruder", limit=0, lease=LEASE
+    )
+    assert results == [None]
+    assert the_task(store, claim) == (TaskState.RUNNING, "w", 1, None)
+    assert store.complete(claim, "real", at(12))
