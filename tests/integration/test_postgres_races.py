@@ -22,7 +22,7 @@ from sqlalchemy import Connection, text
 
 from durablesched import QueueLimits, Rate, TaskState
 from durablesched.records import Claim, NewTask
-from durablesched.schedules import firing
+from durablesched.schedules import firing, sync
 from durablesched.schedules.declaration import schedule
 from durablesched.store.sql import claiming, scheduling
 from durablesched.store.sql import store as sql_store
@@ -282,3 +282,48 @@ def test_a_reclaim_never_takes_a_lease_a_heartbeat_renewed_after_its_read(
     assert task is not None
     assert (task.state, task.lease_expires_at) == (TaskState.RUNNING, at(39) + LEASE)
     assert worker.complete(claim, "done", at(41))
+
+
+def test_two_workers_starting_together_store_a_declared_schedule_once(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every worker syncs the schedules declared in code as it starts: the first read
+    # no row of that name and stalls while the second stores it.
+    a, b = stores
+    gate = Gate()
+    sync_plan = sync.sync_plan
+
+    def planned_then_held(*args: Any, **kwargs: Any) -> Any:
+        plan = sync_plan(*args, **kwargs)
+        gate()
+        return plan
+
+    monkeypatch.setattr(scheduling, "sync_plan", planned_then_held)
+    declared = [schedule("t", name="s", every=60)]
+    first = Run(lambda: a.sync_schedules(declared, START, {"t"}))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.sync_schedules(declared, START, {"t"}))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert second.answer() == {"s": "added"}
+    first.answer()  # no error: the name taken meanwhile is left to its first writer
+    (info,) = a.list_schedules()
+    assert info.next_fire_at == START + MINUTE
+    # Adding by hand at the same moment: one says it added, the other finds it there.
+    gate = Gate()
+    params = scheduling._params
+
+    def read_then_held(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate()  # the first found no row of that name and is about to insert one
+        return params(*args, **kwargs)
+
+    monkeypatch.setattr(scheduling, "_params", read_then_held)
+    extra = schedule("t", name="ops", every=300)
+    first = Run(lambda: a.add_schedule(extra, START))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.add_schedule(extra, START))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert sorted([first.answer(), second.answer()]) == [False, True]
