@@ -64,6 +64,25 @@ def test_a_submit_key_spelling_a_generated_key_does_not_block_a_success(
     assert results == [TaskState.SUCCEEDED]
 
 
+def test_a_group_commit_of_a_success_whose_key_spells_a_recorded_key_succeeds(
+    store: BackendStore,
+) -> None:
+    # The same through a group commit's run of plain successes (one statement for the
+    # run, its keys recorded together): the key recorded first stays, nothing fails.
+    (first,) = store.submit([new("t")], T0)
+    (claim,) = store.claim("w", 1, at(10), LEASE)
+    results, _ = store.record_and_claim(
+        [Outcome(claim, result="first")], at(11), owner="w", limit=0, lease=LEASE
+    )
+    assert results == [TaskState.SUCCEEDED]
+    store.submit([new("t", key=f"{TASK_KEY_PREFIX}{first.task_id}")], at(11))
+    (second,) = store.claim("w", 1, at(11), LEASE)
+    results, _ = store.record_and_claim(
+        [Outcome(second, result="second")], at(12), owner="w", limit=0, lease=LEASE
+    )
+    assert results == [TaskState.SUCCEEDED]
+
+
 @pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])
 def test_requeue_refuses_a_running_task(
     sql_backend: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -11,9 +11,8 @@ the test reads from ``pg_stat_activity``. Each test fails with its guard removed
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +28,7 @@ from durablesched.store.sql import store as sql_store
 from durablesched.store.sql.postgres import PostgresStore
 
 from ..conftest import T0, WAIT, at
+from .gates import Gate, Run
 
 LEASE = timedelta(seconds=30)
 MINUTE = timedelta(minutes=1)
@@ -50,50 +50,6 @@ def watcher(stores: tuple[PostgresStore, PostgresStore]) -> Iterator[Connection]
     """A connection of its own, to see who waits on a lock."""
     with stores[0].engine.connect() as conn:
         yield conn
-
-
-class Gate:
-    """Holds the thread that reaches it (the first one only) until released."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.released = threading.Event()
-        self._taken = False
-        self._lock = threading.Lock()
-
-    def __call__(self) -> None:
-        with self._lock:
-            if self._taken:
-                return
-            self._taken = True
-        self.reached.set()
-        assert self.released.wait(WAIT), "the test never released the gate"
-
-
-class Run(threading.Thread):
-    """A store call in a thread of its own, its answer or exception kept."""
-
-    def __init__(self, call: Callable[[], Any]) -> None:
-        super().__init__(daemon=True)
-        self.call = call
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.result = self.call()
-        except BaseException as e:  # handed to the test thread, which raises it
-            self.error = e
-        finally:
-            self.done.set()
-
-    def answer(self) -> Any:
-        assert self.done.wait(WAIT), "the call never finished"
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 def finishes_or_blocks(run: Run, watcher: Connection) -> bool:
