@@ -394,3 +394,39 @@ def test_the_effect_example_in_the_docs_is_the_task_tested_here() -> None:
     source = (ROOT / "tests_django" / "testapp" / "tasks.py").read_text()
     for line in block.splitlines():
         assert line in source.splitlines(), f"docs/django.md's example has {line!r}"
+
+
+def test_the_worker_forgets_each_attempt_once_its_outcome_commits(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DjangoTasks keeps each running attempt's start (for task_finished) until its
+    # outcome commits: retried, failed and successful attempts all leave nothing
+    # behind, or a long-running worker grows by one entry per attempt.
+    from durablesched.contrib.django.management.commands import (  # noqa: PLC0415
+        durablesched_worker as command,
+    )
+    from durablesched.contrib.django.running import DjangoTasks  # noqa: PLC0415
+
+    made: list[DjangoTasks] = []
+
+    class Kept(DjangoTasks):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(command, "DjangoTasks", Kept)
+    results = [
+        attempt_number.using(backend=alias).enqueue(True),  # a retry, then a success
+        boom.using(backend=alias).enqueue("no luck"),  # two attempts, failed
+        add.using(backend=alias).enqueue(1, b=2),
+    ]
+    work(alias)
+    for result in results:
+        result.refresh()
+    assert [r.status for r in results] == [
+        TaskResultStatus.SUCCESSFUL,
+        TaskResultStatus.FAILED,
+        TaskResultStatus.SUCCESSFUL,
+    ]
+    (tasks,) = made
+    assert tasks._started == {}

@@ -92,6 +92,9 @@ class MemoryStore:
         #: ready heap, in (priority desc, due_at, seq) order.
         self._heap: list[_HeapEntry] = []
         self._ready: dict[str, list[_ReadyEntry]] = {}
+        #: The latest time a claim made tasks ready at: ready entries are due by then,
+        #: and only a caller behind it can find one still to come.
+        self._promoted_until: datetime | None = None
         #: Stale entries in both kinds of heap together.
         self._stale = 0
         #: Every queue a task was submitted to or limits were set for, and the limits.
@@ -454,6 +457,19 @@ class MemoryStore:
                     ),
                     default=None,
                 )
+            if self._promoted_until is not None and now < self._promoted_until:
+                # A claim at a later time made tasks ready that are still to come at
+                # ``now`` (its caller read the clock after this one's).
+                late = (
+                    entry[1]
+                    for entries in self._ready.values()
+                    for entry in entries
+                    if entry[1] > now
+                    and (task := self._live_ready(entry)) is not None
+                    and (names is None or task.name in names)
+                    and (queues is None or task.queue in queues)
+                )
+                due = min((t for t in (due, *late) if t is not None), default=None)
             rates = [
                 frees
                 for q, limits in self._queues.items()
@@ -876,6 +892,8 @@ class MemoryStore:
 
     def _promote(self, now: datetime) -> None:
         """Move every task due by ``now`` from the time heap to its queue's ready heap."""
+        if self._promoted_until is None or now > self._promoted_until:
+            self._promoted_until = now
         heap = self._heap
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)

@@ -64,6 +64,25 @@ def test_a_submit_key_spelling_a_generated_key_does_not_block_a_success(
     assert results == [TaskState.SUCCEEDED]
 
 
+def test_a_group_commit_of_a_success_whose_key_spells_a_recorded_key_succeeds(
+    store: BackendStore,
+) -> None:
+    # The same through a group commit's run of plain successes (one statement for the
+    # run, its keys recorded together): the key recorded first stays, nothing fails.
+    (first,) = store.submit([new("t")], T0)
+    (claim,) = store.claim("w", 1, at(10), LEASE)
+    results, _ = store.record_and_claim(
+        [Outcome(claim, result="first")], at(11), owner="w", limit=0, lease=LEASE
+    )
+    assert results == [TaskState.SUCCEEDED]
+    store.submit([new("t", key=f"{TASK_KEY_PREFIX}{first.task_id}")], at(11))
+    (second,) = store.claim("w", 1, at(11), LEASE)
+    results, _ = store.record_and_claim(
+        [Outcome(second, result="second")], at(12), owner="w", limit=0, lease=LEASE
+    )
+    assert results == [TaskState.SUCCEEDED]
+
+
 @pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])
 def test_requeue_refuses_a_running_task(
     sql_backend: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -80,3 +99,26 @@ def test_requeue_refuses_a_running_task(
     task = store.get(s.task_id)
     assert task is not None and task.state is TaskState.RUNNING
     store.close()
+
+
+def test_a_claim_behind_a_later_claim_takes_nothing_not_yet_due_at_its_time(
+    store: BackendStore,
+) -> None:
+    # A worker that read its clock (10 s) and then waited while another claimed at
+    # 20 s: the later claim made the task due at 15 s ready, but it is not due at 10 s.
+    (s,) = store.submit([new("x", 15)], T0)
+    assert store.claim("w2", 1, at(20), LEASE, names={"other"}) == []
+    assert store.claim("w1", 1, at(10), LEASE) == []
+    assert [c.task_id for c in store.claim("w1", 1, at(15), LEASE)] == [s.task_id]
+
+
+def test_next_wakeup_sees_a_task_a_later_claim_made_ready(store: BackendStore) -> None:
+    # The same ordering for the wake-up: at 12 s the task due at 15 s is still to come,
+    # although a claim at 20 s (for another name) already looked at it.
+    store.submit([new("x", 15)], T0)
+    assert store.claim("w2", 1, at(20), LEASE, names={"other"}) == []
+    assert store.next_wakeup(at(12)) == at(15)
+    assert store.next_wakeup(at(12), names={"x"}) == at(15)
+    assert store.next_wakeup(at(12), queues={"default"}) == at(15)
+    assert store.next_wakeup(at(12), names={"y"}) is None
+    assert store.next_wakeup(at(15)) is None

@@ -212,3 +212,42 @@ def test_a_schedules_tasks_go_to_its_queue_with_its_priority(store: BackendStore
     assert queued is not None and plain is not None
     assert (queued.queue, queued.priority) == ("reports", 7)
     assert (plain.queue, plain.priority) == ("default", 0)
+
+
+def test_overlap_skip_looks_at_the_latest_fires_task_not_the_first(store: BackendStore) -> None:
+    store.add_schedule(schedule("t", name="skip", every=60), START)
+    (first,) = store.fire_schedules(START + MINUTE)
+    _finish_all(store, START + MINUTE)  # the first fire's task is done
+    (second,) = store.fire_schedules(START + 2 * MINUTE)
+    assert second.task_id is not None and second.task_id != first.task_id
+    # The second fire's task is still pending: the third fire is skipped, although the
+    # first fire's task (the oldest with a task) has finished.
+    (third,) = store.fire_schedules(START + 3 * MINUTE)
+    assert (third.task_id, third.skipped) == (None, "overlap")
+    assert len(store.list_tasks()) == 2
+
+
+def test_a_fire_time_taken_by_run_now_makes_no_second_task_on_time(store: BackendStore) -> None:
+    # Run-now at the very instant of the next fire time takes that fire: the step at
+    # that time records nothing new (one fire per schedule and time, whatever made it).
+    store.add_schedule(schedule("t", name="a", every=60, overlap="allow"), START)
+    by_hand = store.fire_schedule_now("a", START + MINUTE)
+    assert by_hand.task_id is not None
+    assert store.fire_schedules(START + MINUTE) == []
+    assert [t.id for t in store.list_tasks()] == [by_hand.task_id]
+    assert store.next_fire_time() == START + 2 * MINUTE
+
+
+def test_run_now_twice_at_one_instant_is_one_fire_even_after_its_task_ended(
+    store: BackendStore,
+) -> None:
+    # The fire is recorded once: the second call answers with it, even when the task's
+    # idempotency key is free again (cancelled), so a new task would otherwise be made.
+    store.add_schedule(schedule("t", name="a", every=3600), START)
+    now = START + timedelta(seconds=5)
+    fired = store.fire_schedule_now("a", now)
+    assert fired.task_id is not None
+    store.request_cancel(fired.task_id, now)
+    again = store.fire_schedule_now("a", now)
+    assert (again.task_id, again.fire_at) == (fired.task_id, now)
+    assert len(store.list_tasks()) == 1

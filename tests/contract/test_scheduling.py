@@ -515,3 +515,36 @@ def test_idempotency_key_is_stable_across_attempts(
     assert keys[0::2] == ["order-7"] * 3
     assert keys[1::2] == [f"durablesched-task-{unkeyed}"] * 3
     assert scheduler.submit("pay", key="order-7") == keyed
+
+
+def test_a_heartbeat_that_finds_the_claim_gone_tells_the_running_task(
+    scheduler: Scheduler, registry: TaskRegistry, clock: ManualClock
+) -> None:
+    """The lease lapsed and another worker reclaimed the task: the next heartbeat of the
+    worker running it tells the attempt (``lease_lost``, ``cancel_requested``), so a
+    cooperative task stops instead of running on for nothing."""
+    told = threading.Event()
+    seen: list[tuple[bool, bool]] = []
+
+    @registry.task("long", pass_context=True)
+    def long(ctx: TaskContext) -> str:
+        assert ctx.wait(WAIT)  # wakes on a lost lease, a cancel or a shutdown
+        seen.append((ctx.lease_lost, ctx.cancel_requested))
+        told.set()
+        return "too late"
+
+    task_id = scheduler.submit("long")
+    worker = Worker(scheduler, concurrency=1, lease=30, owner="w")
+    try:
+        worker.run_once()
+        assert worker.wait_running(1, WAIT)
+        clock.advance(31)  # no heartbeat ran: the lease lapsed
+        assert Worker(scheduler, owner="other").reclaim(clock.now()) == 1
+        worker.heartbeat()
+        assert told.wait(WAIT)
+        assert worker.wait_idle(WAIT)
+    finally:
+        worker.stop()
+    assert seen == [(True, True)]
+    task = scheduler.get(task_id)
+    assert (task.state, task.result) == (TaskState.RETRY_WAIT, None)

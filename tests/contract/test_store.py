@@ -355,3 +355,13 @@ def test_illegal_transition_is_refused_loudly(store: BackendStore, clock: Manual
     # A finished task can neither be retried by a stale fail nor re-cancelled.
     assert store.fail(claim, ERR, at(20), at(12)) is None
     assert store.request_cancel(s.task_id, at(12)) is CancelOutcome.TOO_LATE
+
+
+def test_a_repeated_cancel_request_keeps_the_first_requests_time(store: BackendStore) -> None:
+    (s,) = store.submit([new("t")], T0)
+    store.claim("w", 1, at(10), LEASE)
+    assert store.request_cancel(s.task_id, at(11)) is CancelOutcome.REQUESTED
+    assert store.request_cancel(s.task_id, at(12)) is CancelOutcome.REQUESTED
+    task = store.get(s.task_id)
+    assert task is not None
+    assert (task.cancel_requested_at, task.updated_at) == (at(11), at(11))

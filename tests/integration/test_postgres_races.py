@@ -1,0 +1,285 @@
+"""PostgreSQL races, made to happen every time: two stores (two processes' worth of
+connections) in two threads, one stopped by an event at the moment the other must
+find the guard in its way.
+
+Sampling from outside (a process test counting what runs) cannot see these: the
+window is a few statements wide. Here the first thread is held inside the window
+while the second runs; the second either finishes or waits on a row lock, which
+the test reads from ``pg_stat_activity``. Each test fails with its guard removed
+(docs/reliability.md, "Every guard and the test that fails without it").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+
+from durablesched import QueueLimits, Rate, TaskState
+from durablesched.records import Claim, NewTask
+from durablesched.schedules import firing, sync
+from durablesched.schedules.declaration import schedule
+from durablesched.store.sql import claiming, scheduling
+from durablesched.store.sql import store as sql_store
+from durablesched.store.sql.postgres import PostgresStore
+
+from ..conftest import T0, WAIT, at
+from .gates import Gate, Run
+
+LEASE = timedelta(seconds=30)
+MINUTE = timedelta(minutes=1)
+#: Midnight: the schedules here fire on whole minutes and hours after it.
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def stores(pg_url: str) -> Iterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores on one database: two workers, each with its own write connection."""
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    yield first, second
+    first.close()
+    second.close()
+
+
+@pytest.fixture
+def watcher(stores: tuple[PostgresStore, PostgresStore]) -> Iterator[Connection]:
+    """A connection of its own, to see who waits on a lock."""
+    with stores[0].engine.connect() as conn:
+        yield conn
+
+
+def finishes_or_blocks(run: Run, watcher: Connection) -> bool:
+    """True once ``run`` has finished, False once it waits on a lock (it may not
+    finish before the gate opens). Polls the server every 10 ms, at most WAIT."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if run.done.wait(0.01):
+            return True
+        waiting = watcher.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+        watcher.rollback()  # a fresh snapshot for the next look
+        if waiting:
+            return False
+    raise AssertionError("the second call neither finished nor waited on a lock")
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        pytest.param(QueueLimits("q", concurrency=1), id="concurrency"),
+        pytest.param(QueueLimits("q", rate=Rate(1, MINUTE)), id="rate"),
+    ],
+)
+def test_two_hosts_claiming_at_once_start_no_more_than_a_queues_limit(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+    limits: QueueLimits,
+) -> None:
+    a, b = stores
+    a.submit([NewTask("t", {}, at(10), 3, None, queue="q") for _ in range(4)], T0)
+    a.put_queue(limits, T0)
+    gate = Gate()
+    allowances = claiming._allowances
+
+    def counted_then_held(*args: Any, **kwargs: Any) -> dict[str, int]:
+        allowed = allowances(*args, **kwargs)
+        gate()  # the first claim has counted what runs and what started; hold it there
+        return allowed
+
+    monkeypatch.setattr(claiming, "_allowances", counted_then_held)
+    first = Run(lambda: a.claim("a", 4, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.claim("b", 4, at(10), LEASE))
+    # With the queue's row locked by the first claim, the second waits for it.
+    finished_early = finishes_or_blocks(second, watcher)
+    gate.released.set()
+    claims: list[Claim] = first.answer() + second.answer()
+    assert len(claims) == 1, f"{len(claims)} started in a queue limited to 1"
+    assert not finished_early or second.result == []
+
+
+def test_concurrent_claims_skip_each_others_rows_and_never_claim_one_twice(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = stores
+    ids = [s.task_id for s in a.submit([NewTask("t", {}, at(10), 3, None)] * 4, T0)]
+    gate = Gate()
+    claim_rows = claiming.claim_rows  # as store.py imported it
+
+    def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = claim_rows(*args, **kwargs)
+        gate()  # the first claim's rows are locked, its transaction still open
+        return rows
+
+    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    first = Run(lambda: a.claim("a", 2, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.claim("b", 2, at(10), LEASE))
+    # SKIP LOCKED: the second claim takes the next rows at once, without waiting.
+    finished_early = finishes_or_blocks(second, watcher)
+    gate.released.set()
+    taken_a = [c.task_id for c in first.answer()]
+    taken_b = [c.task_id for c in second.answer()]
+    assert finished_early, "the second claim waited for the first one's rows"
+    assert sorted(taken_a + taken_b) == ids, (taken_a, taken_b)
+    for task_id in ids:
+        task = a.get(task_id)
+        assert task is not None and (task.attempts, task.fence) == (1, 1)
+
+
+def held_after_planning(monkeypatch: pytest.MonkeyPatch) -> Gate:
+    """A gate in ``fire_schedules``, after the due schedules are read and their fires
+    planned, before the next fire time is advanced."""
+    gate = Gate()
+    due_fires = firing.due_fires  # as scheduling.py imported it
+
+    def planned_then_held(*args: Any, **kwargs: Any) -> Any:
+        planned = due_fires(*args, **kwargs)
+        gate()
+        return planned
+
+    monkeypatch.setattr(scheduling, "due_fires", planned_then_held)
+    return gate
+
+
+def test_two_schedulers_firing_at_once_fire_once_and_never_move_the_next_fire_back(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = stores
+    a.add_schedule(schedule("t", name="tick", every=60, overlap="allow"), START)
+    gate = held_after_planning(monkeypatch)
+    # The first read the schedule due at 00:01 and stalls; the second, a minute on,
+    # fires 00:01 and 00:02 and advances to 00:03.
+    first = Run(lambda: a.fire_schedules(START + MINUTE + timedelta(seconds=10)))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.fire_schedules(START + 2 * MINUTE + timedelta(seconds=10)))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert first.answer() == []
+    assert [f.fire_at for f in second.answer()] == [START + MINUTE, START + 2 * MINUTE]
+    assert a.next_fire_time() == START + 3 * MINUTE
+    assert len(a.list_tasks()) == 2
+
+
+def test_a_firing_step_that_read_old_times_does_not_undo_a_change_of_times(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = stores
+    a.sync_schedules([schedule("t", name="s", every=60)], START, {"t"})
+    gate = held_after_planning(monkeypatch)
+    now = START + MINUTE + timedelta(seconds=10)
+    first = Run(lambda: a.fire_schedules(now))
+    assert gate.reached.wait(WAIT)
+    # A deploy changes the schedule to hourly meanwhile: its next fire is 01:00.
+    second = Run(lambda: b.sync_schedules([schedule("t", name="s", every=3600)], now, {"t"}))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert second.answer() == {"s": "updated"}
+    assert first.answer() == []
+    assert a.next_fire_time() == START + timedelta(hours=1)
+    assert a.list_tasks() == []
+
+
+def test_a_reclaim_never_overwrites_a_completion_that_landed_after_its_read(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    reaper, worker = stores
+    worker.submit([NewTask("t", {}, at(10), 3, None)], T0)
+    (claim,) = worker.claim("w", 1, at(10), LEASE)
+    gate = Gate()
+
+    def delay(name: str, attempt: int) -> timedelta:
+        gate()  # the reaper has read the expired lease; hold it before its UPDATE
+        return timedelta(0)
+
+    reclaim = Run(lambda: reaper.reclaim_expired(at(40), delay))
+    assert gate.reached.wait(WAIT)
+    # The worker's clock is a second behind: to it the lease is still valid.
+    assert worker.complete(claim, "done", at(39))
+    gate.released.set()
+    assert reclaim.answer() == []
+    task = worker.get(claim.task_id)
+    assert task is not None and (task.state, task.result) == (TaskState.SUCCEEDED, "done")
+
+
+def test_a_reclaim_never_takes_a_lease_a_heartbeat_renewed_after_its_read(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    reaper, worker = stores
+    worker.submit([NewTask("t", {}, at(10), 3, None)], T0)
+    (claim,) = worker.claim("w", 1, at(10), LEASE)
+    gate = Gate()
+
+    def delay(name: str, attempt: int) -> timedelta:
+        gate()
+        return timedelta(0)
+
+    reclaim = Run(lambda: reaper.reclaim_expired(at(40), delay))
+    assert gate.reached.wait(WAIT)
+    assert [s.task_id for s in worker.heartbeat("w", [claim], at(39), LEASE)] == [claim.task_id]
+    gate.released.set()
+    assert reclaim.answer() == []
+    task = worker.get(claim.task_id)
+    assert task is not None
+    assert (task.state, task.lease_expires_at) == (TaskState.RUNNING, at(39) + LEASE)
+    assert worker.complete(claim, "done", at(41))
+
+
+def test_two_workers_starting_together_store_a_declared_schedule_once(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every worker syncs the schedules declared in code as it starts: the first read
+    # no row of that name and stalls while the second stores it.
+    a, b = stores
+    gate = Gate()
+    sync_plan = sync.sync_plan
+
+    def planned_then_held(*args: Any, **kwargs: Any) -> Any:
+        plan = sync_plan(*args, **kwargs)
+        gate()
+        return plan
+
+    monkeypatch.setattr(scheduling, "sync_plan", planned_then_held)
+    declared = [schedule("t", name="s", every=60)]
+    first = Run(lambda: a.sync_schedules(declared, START, {"t"}))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.sync_schedules(declared, START, {"t"}))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert second.answer() == {"s": "added"}
+    first.answer()  # no error: the name taken meanwhile is left to its first writer
+    (info,) = a.list_schedules()
+    assert info.next_fire_at == START + MINUTE
+    # Adding by hand at the same moment: one says it added, the other finds it there.
+    gate = Gate()
+    params = scheduling._params
+
+    def read_then_held(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate()  # the first found no row of that name and is about to insert one
+        return params(*args, **kwargs)
+
+    monkeypatch.setattr(scheduling, "_params", read_then_held)
+    extra = schedule("t", name="ops", every=300)
+    first = Run(lambda: a.add_schedule(extra, START))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.add_schedule(extra, START))
+    assert finishes_or_blocks(second, watcher)
+    gate.released.set()
+    assert sorted([first.answer(), second.answer()]) == [False, True]
