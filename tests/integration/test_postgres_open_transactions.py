@@ -98,6 +98,7 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
     url, store = pg
     held = _connect(url)
     stores = [PostgresStore(url) for _ in range(ENQUEUERS)]
+    workers: list[Worker] = []
     try:
         (mine,) = store.submit([_task()], T0, connection=held)
         latencies: list[float] = []
@@ -113,7 +114,7 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
                 ids.append(s.task_id)
             return ids
 
-        workers = [Worker(functools.partial(enqueue, s)) for s in stores]
+        workers.extend(Worker(functools.partial(enqueue, s)) for s in stores)
         for w in workers:
             w.start()
         theirs = [i for w in workers for i in w.outcome()]
@@ -127,6 +128,8 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
     finally:
         held.rollback()
         held.close()
+        for w in workers:  # held up (before the fix): they go on once `held` is gone
+            w.done.wait(WAIT)
         for s in stores:
             s.close()
 
