@@ -26,6 +26,7 @@ from durablesched import InvalidTransitionError, TaskState
 from durablesched.records import ErrorInfo, NewTask, Submitted
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
+from durablesched.store.sql.submitting import record_submissions
 from tests.conftest import T0, WAIT, _libpq
 
 #: Enqueuers running while one transaction that enqueued stays open, and how many each.
@@ -98,6 +99,7 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
     url, store = pg
     held = _connect(url)
     stores = [PostgresStore(url) for _ in range(ENQUEUERS)]
+    workers: list[Worker] = []
     try:
         (mine,) = store.submit([_task()], T0, connection=held)
         latencies: list[float] = []
@@ -113,7 +115,7 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
                 ids.append(s.task_id)
             return ids
 
-        workers = [Worker(functools.partial(enqueue, s)) for s in stores]
+        workers.extend(Worker(functools.partial(enqueue, s)) for s in stores)
         for w in workers:
             w.start()
         theirs = [i for w in workers for i in w.outcome()]
@@ -127,6 +129,8 @@ def test_an_open_transaction_that_enqueued_holds_up_no_other_enqueue(
     finally:
         held.rollback()
         held.close()
+        for w in workers:  # held up (before the fix): they go on once `held` is gone
+            w.done.wait(WAIT)
         for s in stores:
             s.close()
 
@@ -349,4 +353,54 @@ def test_a_moved_task_meeting_a_new_holder_of_its_key_becomes_that_task(
     finally:
         t1.rollback()
         t1.close()
+        source.close()
+
+
+def test_submission_lines_go_to_exactly_the_tasks_stored(pg: tuple[str, PostgresStore]) -> None:
+    """Ids taken together need not be contiguous on PostgreSQL (other sessions take from
+    the sequence too): the submission lines name the stored ids, not the range between
+    the first and the last, which may hold a task another transaction committed."""
+    _url, store = pg
+    ids = [s.task_id for s in store.submit([_task(i=i) for i in range(3)], T0)]
+    with store.engine.begin() as conn:
+        record_submissions(store, conn, [ids[0], ids[2]])  # as if ids[1] were another's
+    lines = {i: len(store.history(i)) for i in ids}
+    assert lines == {ids[0]: 2, ids[1]: 1, ids[2]: 2}
+
+
+def test_receivers_of_one_source_take_turns(
+    pg: tuple[str, PostgresStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two receivers of the same moved task: the second waits for the first (a lock per
+    source database), then finds the task already arrived; never a second copy, never a
+    database error."""
+    url, store = pg
+    source = SQLiteStore(tmp_path / "source.db")
+    other = PostgresStore(url)
+    inside, leave = threading.Event(), threading.Event()
+    real_wake = PostgresStore._wake_others
+
+    def wake_then_wait(self: PostgresStore, conn: Any) -> None:
+        real_wake(self, conn)
+        if self is store:  # the first receiver stops just before its commit
+            inside.set()
+            assert leave.wait(WAIT)
+
+    monkeypatch.setattr(PostgresStore, "_wake_others", wake_then_wait)
+    try:
+        source.submit([_task()], T0)
+        moved = source.hand_over(store.instance(), T0)
+        first = Worker(lambda: store.receive(source.instance(), moved, T0))
+        first.start()
+        assert inside.wait(WAIT)
+        second = Worker(lambda: other.receive(source.instance(), moved, T0))
+        second.start()
+        _wait_until_someone_blocked(store)
+        leave.set()
+        ((task_id, how),) = first.outcome()
+        assert how == "copied"
+        assert second.outcome() == [(task_id, "already")]
+    finally:
+        leave.set()
+        other.close()
         source.close()
