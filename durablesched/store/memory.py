@@ -522,10 +522,13 @@ class MemoryStore:
                 for t in (self._tasks[i] for i in self._running)
                 if t.lease_expires_at is not None and t.lease_expires_at <= now
             )
+            paused = {q for q, limits in self._queues.items() if limits.paused}
             overdue = sorted(
                 (t.due_at, t.seq, t.id)
                 for t in self._tasks.values()
-                if t.state in CLAIMABLE and t.due_at < now - overdue_after
+                if t.state in CLAIMABLE
+                and t.due_at < now - overdue_after
+                and t.queue not in paused  # held back by the operator, not late
             )
         findings: list[Finding] = []
         if expired:

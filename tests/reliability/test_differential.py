@@ -304,7 +304,10 @@ class ModelStore(MemoryStore):
 
     def stats(self, now: datetime) -> QueueStats:
         tasks = sorted(self.list_tasks(limit=1_000_000), key=lambda t: (t.due_at, t.seq))
-        overdue = [t for t in tasks if t.state in CLAIMABLE and t.due_at <= now]
+        paused = {q.name for q in self.queue_limits() if q.paused}
+        overdue = [
+            t for t in tasks if t.state in CLAIMABLE and t.due_at <= now and t.queue not in paused
+        ]
         by_name: dict[str, list[TaskRecord]] = {}
         for t in overdue:
             by_name.setdefault(t.name, []).append(t)
