@@ -22,6 +22,7 @@ from .errors import InvalidScheduleError as InvalidScheduleError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
 from .errors import LeaseExpired as LeaseExpired
+from .errors import NoRetry as NoRetry
 from .errors import ProcessCrashed as ProcessCrashed
 from .errors import ScheduleConflictError as ScheduleConflictError
 from .errors import ScheduleNotFoundError as ScheduleNotFoundError
@@ -113,6 +114,7 @@ __all__ = [
     "ManualClock",
     "MemoryStore",
     "Misfire",
+    "NoRetry",
     "Operator",
     "Outcome",
     "Overlap",

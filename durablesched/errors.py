@@ -10,6 +10,7 @@ DurableSchedError
 ├── TaskFailed                          a handle's task failed: its error, attempts, traceback
 ├── WaitInTaskError                     a handle waited on inside a running task
 ├── TaskTimeout                         an attempt ran past its task's timeout
+├── NoRetry                             raised by a task: fail now, whatever attempts are left
 ├── LeaseExpired                        recorded: an attempt's lease lapsed and was reclaimed
 ├── ProcessCrashed                      recorded: an attempt's child process died unreported
 ├── StoreError                          the backend could not do what was asked
@@ -106,6 +107,13 @@ class TaskTimeout(DurableSchedError):
     """An attempt ran past its task's timeout: it counts as a failure and follows the
     retry policy. Raised by ``ctx.raise_if_cancelled()`` once the time is up, and
     recorded as the error of an attempt stopped or finished too late."""
+
+
+class NoRetry(DurableSchedError):
+    """Raise this from a task to fail it at once: no retry, whatever attempts it has left
+    and whatever its :class:`~durablesched.RetryPolicy` says (a bad input no attempt can
+    fix). Its message is the error stored; ``raise NoRetry("...") from exc`` keeps the
+    cause in the stored traceback."""
 
 
 class LeaseExpired(DurableSchedError):

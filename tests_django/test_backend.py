@@ -191,6 +191,30 @@ def test_bad_options_are_refused_with_what_is_wrong(
         DurableSchedBackend("x", {"OPTIONS": options})
 
 
+def test_a_task_runs_once_unless_the_settings_ask_for_more() -> None:
+    """Django's own backends never retry: neither does this one unless told."""
+    assert DurableSchedBackend("x", {"OPTIONS": {}}).retry.max_attempts == 1
+    backoff_only = DurableSchedBackend("x", {"OPTIONS": {"retry": {"initial": 0}}})
+    assert backoff_only.retry.max_attempts == 1  # what a dict leaves out is the default's
+    backend = DurableSchedBackend(
+        "x",
+        {
+            "OPTIONS": {
+                "retry": {"max_attempts": 4, "dont_retry_on": "builtins.ValueError"},
+                "tasks": {"a.b": {"retry": {"retry_on": [ConnectionError, "builtins.OSError"]}}},
+            }
+        },
+    )
+    assert backend.retry.max_attempts == 4 and backend.retry.dont_retry_on == (ValueError,)
+    own = backend.retry_for("a.b")  # the task's own over the backend's
+    assert own.max_attempts == 4 and own.retry_on == (ConnectionError, OSError)
+    assert not own.retries(ValueError()) and own.retries(ConnectionError())
+    with pytest.raises(InvalidTaskBackend, match="retry_on"):
+        DurableSchedBackend("x", {"OPTIONS": {"retry": {"retry_on": "builtins.len"}}})
+    with pytest.raises(InvalidTaskBackend, match="dont_retry_on"):
+        DurableSchedBackend("x", {"OPTIONS": {"retry": {"dont_retry_on": "no.such.Error"}}})
+
+
 def test_the_first_enqueue_of_a_process_may_come_after_the_block_wrote(alias: str) -> None:
     """The store opens inside the block: on SQLite its schema check must not wait for the
     write lock the block's own writes hold."""

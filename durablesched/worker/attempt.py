@@ -26,6 +26,8 @@ from typing import Any
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import (
     DurableSchedError,
+    InvalidTaskError,
+    ProcessCrashed,
     TaskCancelled,
     TaskTimeout,
     UnknownTaskNameError,
@@ -35,7 +37,7 @@ from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outc
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.submission import canonical_json
-from durablesched.worker.environments import run_in_child
+from durablesched.worker.environments import run_in_child, unstorable
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 
@@ -114,7 +116,6 @@ class AttemptRunner:
                 value: Any = self._run_async(definition, claim, ctx, running.signals)
             else:
                 value = _call(definition, claim, ctx)
-            result = canonical_json(value, f"the result of task {claim.name!r}")
         except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if ctx.cancel_requested:
                 return Outcome(claim, cancelled=True)
@@ -132,9 +133,7 @@ class AttemptRunner:
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
             return self.failure(claim, _overran(definition, started))
-        return Outcome(
-            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
-        )
+        return _succeeded(claim, ctx, value)
 
     def _mismatch(
         self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
@@ -206,7 +205,10 @@ class AttemptRunner:
         if ended.how == "cancelled":
             return Outcome(claim, cancelled=True)
         if ended.error is not None:
-            return self.failure_info(claim, ended.error)
+            retry = ended.retry
+            if ended.how == "crashed":  # no exception came back: the policy's view of one
+                retry = definition.retry.retries(ProcessCrashed(ended.error.message))
+            return self.failure_info(claim, ended.error, retry=retry)
         return Outcome(claim, result=ended.result, children=ended.children)
 
     def _run_async(
@@ -276,15 +278,30 @@ class AttemptRunner:
         return cached[1]
 
     def failure(self, claim: Claim, exc: BaseException) -> Outcome:
-        return self.failure_info(claim, ErrorInfo.from_exception(exc))
+        """A failed attempt, retried if it has attempts left and its policy retries ``exc``."""
+        retry = self._registry.retry_policy(claim.name).retries(exc)
+        return self.failure_info(claim, ErrorInfo.from_exception(exc), retry=retry)
 
-    def failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
+    def failure_info(self, claim: Claim, error: ErrorInfo, *, retry: bool = True) -> Outcome:
+        if claim.exhausted or not retry:
+            return Outcome(claim, error=error, retry_at=None)
         now = self._scheduler.clock.now()
-        retry_at = None if claim.exhausted else now + self.retry_delay(claim.name, claim.attempt)
-        return Outcome(claim, error=error, retry_at=retry_at)
+        return Outcome(
+            claim, error=error, retry_at=now + self.retry_delay(claim.name, claim.attempt)
+        )
 
     def retry_delay(self, name: str, attempt: int) -> timedelta:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _succeeded(claim: Claim, ctx: TaskContext, value: Any) -> Outcome:
+    """The outcome of an attempt that returned ``value``: a success if JSON can store it,
+    else a failure at once."""
+    try:
+        result = canonical_json(value, f"the result of task {claim.name!r}")
+    except InvalidTaskError as exc:
+        return Outcome(claim, error=ErrorInfo.from_exception(unstorable(exc)), retry_at=None)
+    return Outcome(claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects))
 
 
 def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:
