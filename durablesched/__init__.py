@@ -19,6 +19,7 @@ from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidScheduleError as InvalidScheduleError
+from .errors import InvalidTaskArgumentsError as InvalidTaskArgumentsError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
 from .errors import LeaseExpired as LeaseExpired
@@ -108,6 +109,7 @@ __all__ = [
     "Fired",
     "HealthReport",
     "InvalidScheduleError",
+    "InvalidTaskArgumentsError",
     "InvalidTaskError",
     "InvalidTransitionError",
     "LeaseExpired",

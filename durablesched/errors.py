@@ -2,6 +2,7 @@
 
 DurableSchedError
 ├── InvalidTaskError (ValueError)       bad input to submit: nothing was stored
+│   └── InvalidTaskArgumentsError (TypeError)  arguments JSON cannot store
 ├── TaskNotFoundError (LookupError)     no task has that id
 ├── InvalidTransitionError              a state change the state machine forbids
 ├── UnknownTaskNameError (LookupError)  the registry has no task of that name
@@ -50,6 +51,11 @@ class DurableSchedError(Exception):
 
 class InvalidTaskError(DurableSchedError, ValueError):
     """A submitted task was rejected before anything was stored."""
+
+
+class InvalidTaskArgumentsError(InvalidTaskError, TypeError):
+    """A task's arguments are not what JSON can store (an object, a ``datetime``, NaN):
+    a ``TypeError`` too, as ``json.dumps`` and Django's task API raise for them."""
 
 
 class TaskNotFoundError(DurableSchedError, LookupError):

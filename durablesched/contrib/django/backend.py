@@ -18,13 +18,14 @@ from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
+from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from durablesched.clock import SystemClock
 from durablesched.contrib.django.database import store_for
 from durablesched.contrib.django.discovery import ProjectTasks
 from durablesched.contrib.django.results import task_result
-from durablesched.errors import ConfigurationError, TaskNotFoundError
+from durablesched.errors import ConfigurationError, InvalidTaskArgumentsError, TaskNotFoundError
 from durablesched.records import CancelOutcome
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.scheduler import Scheduler
@@ -115,6 +116,7 @@ class DurableSchedBackend(BaseTaskBackend):
     ) -> TaskResult[P, R]:
         self.validate_task(task)
         self.tasks.check(task)
+        args, kwargs = _normalized(task, args, kwargs)
         scheduler = self.scheduler
         connection = connections[self.database]
         raw = None
@@ -178,6 +180,22 @@ def cancel(result_id: Any, *, backend: str = "default") -> CancelOutcome:
     if not isinstance(chosen, DurableSchedBackend):
         raise InvalidTaskBackend(f"task backend {backend!r} is not a DurableSchedBackend")
     return chosen.cancel(result_id)
+
+
+def _normalized(
+    task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments as Django's ``TaskResult`` normalises them (tuples as lists, UTF-8
+    ``bytes`` as text), or :class:`InvalidTaskArgumentsError` (a ``TypeError``, as
+    Django's own backends raise) for what JSON cannot hold."""
+    try:
+        positional: list[Any] = [normalize_json(a) for a in args]
+        keywords: dict[str, Any] = {k: normalize_json(v) for k, v in kwargs.items()}
+    except (TypeError, ValueError) as e:
+        raise InvalidTaskArgumentsError(
+            f"the arguments of task {task.module_path!r} must be JSON-serialisable: {e}"
+        ) from None
+    return positional, keywords
 
 
 def _task_id(result_id: Any) -> int:
