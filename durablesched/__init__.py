@@ -37,6 +37,7 @@ from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .errors import WaitInTaskError as WaitInTaskError
+from .errors import WorkerStopping as WorkerStopping
 from .handles import TaskHandle as TaskHandle
 from .queues import QueueInfo as QueueInfo
 from .queues import QueueLimits as QueueLimits
@@ -157,5 +158,6 @@ __all__ = [
     "WaitInTaskError",
     "Worker",
     "WorkerInfo",
+    "WorkerStopping",
     "open_store",
 ]

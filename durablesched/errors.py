@@ -12,6 +12,7 @@ DurableSchedError
 ├── WaitInTaskError                     a handle waited on inside a running task
 ├── TaskTimeout                         an attempt ran past its task's timeout
 ├── NoRetry                             raised by a task: fail now, whatever attempts are left
+├── WorkerStopping                      raised by ctx.sleep(): the worker is stopping
 ├── LeaseExpired                        recorded: an attempt's lease lapsed and was reclaimed
 ├── ProcessCrashed                      recorded: an attempt's child process died unreported
 ├── StoreError                          the backend could not do what was asked
@@ -120,6 +121,13 @@ class NoRetry(DurableSchedError):
     and whatever its :class:`~durablesched.RetryPolicy` says (a bad input no attempt can
     fix). Its message is the error stored; ``raise NoRetry("...") from exc`` keeps the
     cause in the stored traceback."""
+
+
+class WorkerStopping(DurableSchedError):
+    """Raised by :meth:`TaskContext.sleep <durablesched.TaskContext.sleep>` once the
+    worker running the attempt is stopping. Let it propagate: the worker gives the
+    claim back at once (PENDING, due now, the attempt not counted), and the next
+    worker runs the task again from the start. Not a failure, and not a cancel."""
 
 
 class LeaseExpired(DurableSchedError):

@@ -31,6 +31,7 @@ from durablesched.errors import (
     TaskCancelled,
     TaskTimeout,
     UnknownTaskNameError,
+    WorkerStopping,
 )
 from durablesched.handles import RUNNING_TASK
 from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
@@ -74,6 +75,9 @@ class AttemptRunner:
         self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
         #: Per task name, how to check its stored arguments, worked out on first use.
         self._checks: dict[str, _ArgumentCheck] = {}
+        #: How many attempts gave their claim back for the shutdown (ctx.sleep).
+        self.given_back = 0
+        self._given_back_lock = threading.Lock()
 
     def prepare(self, claims: list[Claim]) -> list[Running]:
         """The record of each claimed attempt, with the context its task will see."""
@@ -125,15 +129,45 @@ class AttemptRunner:
                 return self.failure(claim, _overran(definition, started))
             return self.failure(claim, exc)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
-            # per its policy), not the worker's: no signal raises them on a task thread.
-            return self.failure(claim, exc)
+            return self._raised(running, exc)
         finally:
             RUNNING_TASK.reset(inside)
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
             return self.failure(claim, _overran(definition, started))
         return _succeeded(claim, ctx, value)
+
+    def _raised(self, running: Running, exc: BaseException) -> Outcome | None:
+        """The outcome of an attempt that raised ``exc``; None if it gave its claim back."""
+        if isinstance(exc, WorkerStopping) and running.context.shutdown_requested:
+            self._give_back(running)
+            return None
+        # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
+        # per its policy), not the worker's: no signal raises them on a task thread.
+        return self.failure(running.claim, exc)
+
+    def _give_back(self, running: Running) -> None:
+        """An attempt that stopped for its worker's shutdown (``ctx.sleep`` raised
+        :class:`WorkerStopping`): its claim goes back to PENDING now, the attempt not
+        counted, rather than when the grace period ends."""
+        claim = running.claim
+        running.given_back = True
+        try:
+            released = self._scheduler.store.release([claim], self._scheduler.clock.now())
+        except DurableSchedError as e:
+            # Its lease lapses and a reclaim takes it back (counted, as after a crash).
+            log.error("could not give back task %s at shutdown: %s", claim.task_id, e)
+            released = 0
+        running.signals.mark_lease_lost()  # the claim is no longer this attempt's
+        if released:
+            with self._given_back_lock:
+                self.given_back += released
+            log.info(
+                "given back: task %s (%s) attempt %s stopped for the shutdown; not counted",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+            )
 
     def _mismatch(
         self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
