@@ -211,8 +211,14 @@ class SignalStop:
         if self._seen > 1:
             log.warning("second signal: exiting at once; held leases will expire and be reclaimed")
             os._exit(128 + signum)
-        log.info(
-            "signal %s: no new claims; waiting up to %ss for running tasks", signum, self.grace
+        # No lock may be taken here (the interrupted thread may hold it): the running
+        # count comes with the countdown, from the shutdown.
+        name = signal.Signals(signum).name if signum in signal.valid_signals() else signum
+        log.warning(
+            "%s: no new claims; running tasks get up to %gs to finish "
+            "(a second Ctrl-C exits at once)",
+            name,
+            self.grace,
         )
         self.worker.request_stop()
 
@@ -222,6 +228,28 @@ class SignalStop:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class Countdown:
+    """While a stopping worker waits for its running tasks: a line every ``every``
+    seconds with how many still run and how long is left (``Worker.shutdown(on_wait=)``)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every = every
+        self._last: float | None = None
+
+    def __call__(self, running: int, left: float) -> None:
+        if self._last is None:  # the signal's own line said it just now
+            self._last = left
+            return
+        if self._last - left < self.every:
+            return
+        self._last = left
+        log.warning(
+            "still waiting for %s running task(s): %.0fs left (a second Ctrl-C exits at once)",
+            running,
+            left,
+        )
 
 
 def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: float) -> int:
@@ -241,7 +269,7 @@ def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: flo
             return EXIT_REFUSED
         code = EXIT_REFUSED
     try:
-        released = worker.shutdown(stop.grace)
+        released = worker.shutdown(stop.grace, on_wait=Countdown())
         if released:
             log.warning("gave back %s unfinished task(s) as PENDING", released)
     except DurableSchedError as e:
