@@ -348,10 +348,10 @@ def report_stop(store: DurableStore) -> None:
 
 
 def set_log_level(level: int) -> None:
-    """Our lines and the libraries' at ``level``: at warning, opening a new
-    database no longer prints Alembic's INFO lines about creating its schema."""
-    for name in ("durablesched", "alembic"):
-        logging.getLogger(name).setLevel(level)
+    """Our lines at ``level``; Alembic's (a new database's schema, step by step) only at
+    debug: at info, a worker's first start printed some twenty of them."""
+    logging.getLogger("durablesched").setLevel(level)
+    logging.getLogger("alembic").setLevel(level if level <= logging.DEBUG else logging.WARNING)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
