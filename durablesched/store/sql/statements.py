@@ -220,7 +220,7 @@ SQL_EXTEND_LEASE = text(
 )
 #: Every RUNNING task whose lease expired at or before ``:now``.
 SQL_EXPIRED = text(
-    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
+    "SELECT id, name, queue, attempts, max_attempts, lease_owner, lease_expires_at, "
     "cancel_requested_at, fence FROM tasks "
     "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
 )
