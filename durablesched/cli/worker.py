@@ -280,19 +280,25 @@ def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: flo
 
 def remaining(store: DurableStore, owner: str, now: datetime) -> Remaining:
     """What a burst worker leaves: tasks due later, tasks running under other workers'
-    leases, tasks due now that it does not run (their names are not in its app)."""
+    leases, tasks due now that it does not run (their names are not in its app), and
+    tasks a paused queue holds (never overdue: ``stats`` leaves them out)."""
     stats = store.stats(now)
     counts = stats["counts"]
     due_now = sum(o["tasks"] for o in stats["overdue_by_name"])
-    later = counts[TaskState.PENDING.value] + counts[TaskState.RETRY_WAIT.value] - due_now
+    queues = store.queue_info(now, finished=False)
+    waiting = (TaskState.PENDING.value, TaskState.RETRY_WAIT.value)
+    held = sum(q["counts"].get(s, 0) for q in queues if q["paused"] for s in waiting)
+    later = counts[TaskState.PENDING.value] + counts[TaskState.RETRY_WAIT.value] - due_now - held
     next_due: datetime | None = None
     if later > 0:
-        # In (due_at, seq) order: past the ones due now, the first is the earliest later.
-        for state in (TaskState.PENDING, TaskState.RETRY_WAIT):
-            for task in store.list_tasks(state=state, limit=due_now + 1):
-                if task.due_at > now and (next_due is None or task.due_at < next_due):
-                    next_due = task.due_at
-                    break
+        # Per queue that runs, in (due_at, seq) order: past the ones due now (at most
+        # due_now in any queue), the first is that queue's earliest later one.
+        for queue in (q["name"] for q in queues if not q["paused"]):
+            for state in (TaskState.PENDING, TaskState.RETRY_WAIT):
+                for task in store.list_tasks(state=state, queue=queue, limit=due_now + 1):
+                    if task.due_at > now and (next_due is None or task.due_at < next_due):
+                        next_due = task.due_at
+                        break
     running = [r for r in stats["running"] if r["lease_owner"] != owner]
     return Remaining(
         due_later=later,
@@ -300,6 +306,7 @@ def remaining(store: DurableStore, owner: str, now: datetime) -> Remaining:
         running_elsewhere=len(running),
         next_lease_expiry=min((r["lease_expires_at"] for r in running), default=None),
         due_now_not_run=due_now,
+        held_in_paused_queues=held,
     )
 
 
@@ -312,6 +319,7 @@ class Remaining:
     running_elsewhere: int
     next_lease_expiry: datetime | None
     due_now_not_run: int
+    held_in_paused_queues: int = 0
 
     def line(self) -> str:
         parts = []
@@ -324,6 +332,8 @@ class Remaining:
             )
         if self.due_now_not_run:
             parts.append(f"{self.due_now_not_run} due now that this worker does not run")
+        if self.held_in_paused_queues:
+            parts.append(f"{self.held_in_paused_queues} held in paused queues")
         return "burst done: " + ("; ".join(parts) if parts else "nothing remains")
 
 

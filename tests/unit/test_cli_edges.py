@@ -447,6 +447,19 @@ def test_a_burst_says_in_one_line_what_it_leaves(db: Path, run: Run) -> None:
     assert left["next_lease_expiry"] is not None and left["next_due_at"] is not None
 
 
+def test_a_burst_counts_a_paused_queue_s_tasks_as_held_not_due_later(run: Run) -> None:
+    assert run("submit", "report", "--app", APP).code == 0  # queue "reports", due now
+    assert run("submit", "report", "--app", APP, "--delay", "1h").code == 0
+    assert run("submit", "ok", "--delay", "1h").code == 0
+    assert run("queue", "pause", "reports").code == 0
+    result = run("worker", "--app", APP, "--burst", "--burst-wait", "0", "--log-level", "warning")
+    assert result.code == 0, result.err
+    (line,) = result.out.splitlines()
+    assert line.startswith("burst done: 1 due later (the first at ")
+    assert "(the first at -)" not in line
+    assert line.endswith("; 2 held in paused queues")
+
+
 def test_a_burst_that_leaves_nothing_says_so(db: Path, run: Run) -> None:
     assert run("submit", "ok").code == 0
     result = run("worker", "--app", APP, "--burst", "--burst-wait", "0")
