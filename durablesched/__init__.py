@@ -19,9 +19,11 @@ from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
 from .errors import DurableSchedError as DurableSchedError
 from .errors import InvalidScheduleError as InvalidScheduleError
+from .errors import InvalidTaskArgumentsError as InvalidTaskArgumentsError
 from .errors import InvalidTaskError as InvalidTaskError
 from .errors import InvalidTransitionError as InvalidTransitionError
 from .errors import LeaseExpired as LeaseExpired
+from .errors import NoRetry as NoRetry
 from .errors import ProcessCrashed as ProcessCrashed
 from .errors import ScheduleConflictError as ScheduleConflictError
 from .errors import ScheduleNotFoundError as ScheduleNotFoundError
@@ -35,6 +37,7 @@ from .errors import TaskTimeout as TaskTimeout
 from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .errors import WaitInTaskError as WaitInTaskError
+from .errors import WorkerStopping as WorkerStopping
 from .handles import TaskHandle as TaskHandle
 from .queues import QueueInfo as QueueInfo
 from .queues import QueueLimits as QueueLimits
@@ -107,12 +110,14 @@ __all__ = [
     "Fired",
     "HealthReport",
     "InvalidScheduleError",
+    "InvalidTaskArgumentsError",
     "InvalidTaskError",
     "InvalidTransitionError",
     "LeaseExpired",
     "ManualClock",
     "MemoryStore",
     "Misfire",
+    "NoRetry",
     "Operator",
     "Outcome",
     "Overlap",
@@ -153,5 +158,6 @@ __all__ = [
     "WaitInTaskError",
     "Worker",
     "WorkerInfo",
+    "WorkerStopping",
     "open_store",
 ]

@@ -18,6 +18,7 @@ from durablesched.errors import (
     TaskCancelled,
     TaskTimeout,
     UnsupportedOperationError,
+    WorkerStopping,
 )
 from durablesched.handles import TaskHandle
 from durablesched.records import Claim, Environment, NewTask
@@ -222,10 +223,39 @@ class TaskContext:
         """Sleep up to ``timeout`` seconds, returning early (True) once the task should stop:
         a cancel request, the worker's shutdown or a lost lease. False if the time ran out.
 
-        Use it instead of ``time.sleep`` in a task that waits between steps;
-        :attr:`cancel_requested` and :attr:`shutdown_requested` say which came.
+        Use it instead of ``time.sleep`` in a task that waits between steps, and stop
+        when it says so: ``if ctx.wait(5): return`` (or raise). A loop that goes on
+        races through its remaining steps, since every later wait returns at once;
+        :meth:`sleep` raises instead. :attr:`cancel_requested` and
+        :attr:`shutdown_requested` say which came.
         """
         return self._signals.wait(timeout)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or raise as soon as the attempt should stop: the way to
+        wait between the steps of a loop that must not run on after that.
+
+        :class:`TaskCancelled` on a cancel request or a lost lease (the task ends
+        CANCELLED; a lost lease's outcome counts for nothing anyway),
+        :class:`TaskTimeout` once the task's timeout passes (woken at it: a
+        failure, retried per its policy), :class:`~durablesched.WorkerStopping` once
+        the worker is stopping (the claim is given back at once, the attempt not
+        counted: the next worker runs the task again). Let them propagate. A task
+        that has something to save first uses :meth:`wait` and returns or raises.
+        """
+        end = time.monotonic() + max(0.0, seconds)
+        while True:
+            self.raise_if_cancelled()
+            if self._signals.shutdown:
+                raise WorkerStopping(
+                    f"task {self.task_id}: its worker is stopping; it is given back, "
+                    "not counted as an attempt"
+                )
+            now = time.monotonic()
+            if now >= end:
+                return
+            wake = end if self.deadline is None else min(end, self.deadline)
+            self._signals.wait(max(0.0, wake - now))
 
     def submit(
         self,

@@ -2,6 +2,7 @@
 
 DurableSchedError
 ├── InvalidTaskError (ValueError)       bad input to submit: nothing was stored
+│   └── InvalidTaskArgumentsError (TypeError)  arguments JSON cannot store
 ├── TaskNotFoundError (LookupError)     no task has that id
 ├── InvalidTransitionError              a state change the state machine forbids
 ├── UnknownTaskNameError (LookupError)  the registry has no task of that name
@@ -10,6 +11,8 @@ DurableSchedError
 ├── TaskFailed                          a handle's task failed: its error, attempts, traceback
 ├── WaitInTaskError                     a handle waited on inside a running task
 ├── TaskTimeout                         an attempt ran past its task's timeout
+├── NoRetry                             raised by a task: fail now, whatever attempts are left
+├── WorkerStopping                      raised by ctx.sleep(): the worker is stopping
 ├── LeaseExpired                        recorded: an attempt's lease lapsed and was reclaimed
 ├── ProcessCrashed                      recorded: an attempt's child process died unreported
 ├── StoreError                          the backend could not do what was asked
@@ -49,6 +52,11 @@ class DurableSchedError(Exception):
 
 class InvalidTaskError(DurableSchedError, ValueError):
     """A submitted task was rejected before anything was stored."""
+
+
+class InvalidTaskArgumentsError(InvalidTaskError, TypeError):
+    """A task's arguments are not what JSON can store (an object, a ``datetime``, NaN):
+    a ``TypeError`` too, as ``json.dumps`` and Django's task API raise for them."""
 
 
 class TaskNotFoundError(DurableSchedError, LookupError):
@@ -106,6 +114,20 @@ class TaskTimeout(DurableSchedError):
     """An attempt ran past its task's timeout: it counts as a failure and follows the
     retry policy. Raised by ``ctx.raise_if_cancelled()`` once the time is up, and
     recorded as the error of an attempt stopped or finished too late."""
+
+
+class NoRetry(DurableSchedError):
+    """Raise this from a task to fail it at once: no retry, whatever attempts it has left
+    and whatever its :class:`~durablesched.RetryPolicy` says (a bad input no attempt can
+    fix). Its message is the error stored; ``raise NoRetry("...") from exc`` keeps the
+    cause in the stored traceback."""
+
+
+class WorkerStopping(DurableSchedError):
+    """Raised by :meth:`TaskContext.sleep <durablesched.TaskContext.sleep>` once the
+    worker running the attempt is stopping. Let it propagate: the worker gives the
+    claim back at once (PENDING, due now, the attempt not counted), and the next
+    worker runs the task again from the start. Not a failure, and not a cancel."""
 
 
 class LeaseExpired(DurableSchedError):

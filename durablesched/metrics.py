@@ -5,33 +5,36 @@ Needs the ``metrics`` extra (``pip install 'durablesched[metrics]'``, which brin
 scrape reads, through the :class:`~durablesched.store.protocol.Store` protocol:
 
 * the queues now (``queue_info``): tasks per queue and state, the oldest wait;
-* the history of the last ``window`` (``recent_events``, through an index on the
-  history's times): attempts started and ended, reclaims, lease losses, and how
-  long each attempt ran;
-* the workers (``list_workers``): how many are alive and gone.
+  gauges;
+* the attempt totals (``attempt_totals``): every attempt that ever ended, by
+  queue, task name and outcome, and how long each ran, added by each outcome's
+  own transaction: counters (``durablesched_attempts_total``) and a histogram
+  (``durablesched_attempt_duration_seconds``), monotonic, so ``rate()`` and
+  ``increase()`` apply; a read of a few rows per task name, whatever the size of
+  the history;
+* the workers (``list_workers``): how many are alive and gone; gauges.
 
-What happened is counted over the window, not over the whole history: a count
-over a 1,000,000-task history costs seconds, the window's only what it holds,
-and purging old tasks would make whole-history counts go backwards anyway. So
-those metrics are gauges ("how many in the last hour"), the same from every
-process that serves them, and the duration histogram is the window's
-(``histogram_quantile`` on its buckets directly, without ``rate()``).
 docs/metrics.md lists every metric.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from durablesched.errors import ConfigurationError
-from durablesched.records import ACTIVITY_KINDS, Activity
 from durablesched.scheduler import default_clock
+from durablesched.totals import ATTEMPT_OUTCOMES, DURATION_BOUNDS, NO_DURATION, AttemptTotal
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 except ImportError:  # pragma: no cover - the extra is installed wherever tests run
     raise ConfigurationError(
         "durablesched.metrics needs prometheus_client: pip install 'durablesched[metrics]'"
@@ -41,74 +44,40 @@ if TYPE_CHECKING:
     from durablesched.clock import Clock
     from durablesched.store.protocol import Store
 
-#: How far back what happened is counted, by default.
-DEFAULT_WINDOW = timedelta(hours=1)
-#: The duration histogram's upper bounds, in seconds (+Inf is added).
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-)
+#: The duration histogram's upper bounds, in seconds (+Inf is added): the ones the stores
+#: keep (:data:`durablesched.totals.DURATION_BOUNDS`); a collector may serve fewer.
+DURATION_BUCKETS: tuple[float, ...] = DURATION_BOUNDS
 #: The text exposition's content type, for a server of :func:`metrics_text`.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-#: What each per-queue count of :data:`~durablesched.records.ACTIVITY_KINDS` says.
-_KINDS = {
-    "started": ("durablesched_attempts_started", "Attempts started (claimed)"),
-    "succeeded": ("durablesched_attempts_succeeded", "Attempts that succeeded"),
-    "failed": (
-        "durablesched_attempts_failed",
-        "Attempts that ended in an error, retried or not (reclaimed ones included)",
-    ),
-    "retried": (
-        "durablesched_attempts_retried",
-        "Attempts that ended in an error with a retry to come",
-    ),
-    "cancelled": ("durablesched_attempts_cancelled", "Running attempts that ended cancelled"),
-    "reclaimed": (
-        "durablesched_reclaims",
-        "Running attempts whose lease expired, reclaimed",
-    ),
-}
 
 
 class StoreCollector:
     """A ``prometheus_client`` collector reading ``store`` at each scrape.
 
     Register it in a registry of your own (``registry.register(StoreCollector(store))``)
-    to serve it beside your metrics, or call :func:`metrics_text`. ``window`` is
-    how far back attempts, reclaims and durations are counted; ``clock`` the time
-    of a scrape (by default the store's lease clock: PostgreSQL's server time).
+    to serve it beside your metrics, or call :func:`metrics_text`. ``clock`` is the
+    time of a scrape (by default the store's lease clock: PostgreSQL's server time);
+    ``buckets``, the duration histogram's bounds: some of :data:`DURATION_BUCKETS`.
     """
 
     def __init__(
         self,
         store: Store,
         *,
-        window: timedelta = DEFAULT_WINDOW,
         clock: Clock | None = None,
         buckets: Sequence[float] = DURATION_BUCKETS,
     ) -> None:
-        if not isinstance(window, timedelta) or window <= timedelta(0):
-            raise ConfigurationError(f"window must be a positive timedelta, got {window!r}")
         if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] <= 0:
             raise ConfigurationError(
                 f"buckets must be increasing positive seconds, got {buckets!r}"
             )
+        unknown = [b for b in buckets if float(b) not in DURATION_BOUNDS]
+        if unknown:
+            raise ConfigurationError(
+                f"buckets must be some of the bounds the stores keep, {DURATION_BOUNDS}: "
+                f"{unknown} are not"
+            )
         self.store = store
-        self.window = window
         self.clock: Clock = clock if clock is not None else default_clock(store)
         self.buckets = tuple(float(b) for b in buckets)
 
@@ -119,17 +88,10 @@ class StoreCollector:
     def collect(self) -> Iterator[Metric]:
         now = self.clock.now()
         yield from self._queues(now)
-        bounds = [timedelta(seconds=b) for b in self.buckets]
-        activity = self.store.activity(now - self.window, now, bounds)
-        yield from self._attempts(activity)
-        yield from self._durations(activity)
+        totals = self.store.attempt_totals()
+        yield from self._attempts(totals)
+        yield self._durations(totals)
         yield from self._workers(now)
-        window = GaugeMetricFamily(
-            "durablesched_metrics_window_seconds",
-            "How far back the attempt, reclaim, lease loss and duration metrics count.",
-        )
-        window.add_metric([], self.window.total_seconds())
-        yield window
 
     def _queues(self, now: datetime) -> Iterator[Metric]:
         tasks = GaugeMetricFamily(
@@ -152,40 +114,49 @@ class StoreCollector:
             paused.add_metric([info["name"]], float(info["paused"]))
         yield from (tasks, oldest, paused)
 
-    def _attempts(self, activity: Activity) -> Iterator[Metric]:
-        seconds = f"{self.window.total_seconds():g}"
-        queues = sorted({queue for queue, _ in activity.attempts})
-        for kind in ACTIVITY_KINDS:
-            name, what = _KINDS[kind]
-            family = GaugeMetricFamily(
-                name, f"{what}, in the last {seconds}s, per queue.", labels=["queue"]
-            )
-            for queue in queues:
-                family.add_metric([queue], activity.attempts.get((queue, kind), 0))
-            yield family
-        lost = GaugeMetricFamily(
-            "durablesched_lease_losses",
-            f"Leases that expired in a worker's hands (reclaimed), in the last {seconds}s, "
-            "per worker id.",
-            labels=["worker"],
+    def _attempts(self, totals: list[AttemptTotal]) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "durablesched_attempts",
+            "Attempts that ended, per queue, task name and outcome: succeeded, failed (no "
+            "retry left), retried, reclaimed (its lease lapsed) or cancelled.",
+            labels=["queue", "task", "outcome"],
         )
-        for owner in sorted(activity.lease_losses):
-            lost.add_metric([owner], activity.lease_losses[owner])
-        yield lost
-
-    def _durations(self, activity: Activity) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            "durablesched_task_duration_seconds",
-            f"How long attempts that ended in the last {self.window.total_seconds():g}s ran "
-            "(claim to outcome; reclaimed ones left out), per task name.",
-            labels=["name"],
-        )
-        for name in sorted(activity.durations):
-            runs = activity.durations[name]
-            buckets = [(_bound(b), n) for b, n in zip(self.buckets, runs.at_most, strict=True)]
-            buckets.append(("+Inf", runs.runs))
-            family.add_metric([name], buckets, runs.total_us / 1_000_000)
+        counts: dict[tuple[str, str, str], int] = {}
+        for t in totals:
+            key = (t.queue, t.name, t.outcome)
+            counts[key] = counts.get(key, 0) + t.attempts
+        for queue, name in sorted({(q, n) for q, n, _ in counts}):
+            for outcome in ATTEMPT_OUTCOMES:  # every outcome of a task: rate() sees zeros
+                family.add_metric([queue, name, outcome], counts.get((queue, name, outcome), 0))
         yield family
+
+    def _durations(self, totals: list[AttemptTotal]) -> Metric:
+        family = HistogramMetricFamily(
+            "durablesched_attempt_duration_seconds",
+            "How long attempts ran, claim to outcome, per queue and task name (reclaimed "
+            "ones left out: their end is not known).",
+            labels=["queue", "task"],
+        )
+        # (queue, name) -> (per stored bucket count, total count, summed microseconds)
+        runs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        for t in totals:
+            if t.bucket == NO_DURATION:
+                continue
+            per_bucket, sums = runs.setdefault(
+                (t.queue, t.name), ([0] * (len(DURATION_BOUNDS) + 1), [0, 0])
+            )
+            per_bucket[t.bucket] += t.attempts
+            sums[0] += t.attempts
+            sums[1] += t.duration_us
+        for queue, name in sorted(runs):
+            per_bucket, (count, total_us) = runs[queue, name]
+            buckets = []
+            for bound in self.buckets:
+                upto = DURATION_BOUNDS.index(bound)
+                buckets.append((_bound(bound), sum(per_bucket[: upto + 1])))
+            buckets.append(("+Inf", count))
+            family.add_metric([queue, name], buckets, total_us / 1_000_000)
+        return family
 
     def _workers(self, now: datetime) -> Iterator[Metric]:
         workers = self.store.list_workers(now)
@@ -202,13 +173,11 @@ class StoreCollector:
         yield from (alive, gone)
 
 
-def metrics_text(
-    store: Store, *, window: timedelta = DEFAULT_WINDOW, clock: Clock | None = None
-) -> bytes:
+def metrics_text(store: Store, *, clock: Clock | None = None) -> bytes:
     """Every metric of ``store`` now, in Prometheus' text exposition format
     (:data:`CONTENT_TYPE`): what a ``/metrics`` endpoint answers."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, window=window, clock=clock))
+    registry.register(StoreCollector(store, clock=clock))
     return generate_latest(registry)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -18,7 +18,7 @@ from durablesched.errors import (
 )
 from durablesched.queues import check_priority, check_queue
 from durablesched.records import DEFAULT_QUEUE, ENVIRONMENT_CHOICES, Environment
-from durablesched.retry import DEFAULT_RETRY, RetryPolicy
+from durablesched.retry import DEFAULT_RETRY, ExceptionTypes, RetryPolicy
 from durablesched.schedules.declaration import Schedule, checked_schedule
 
 if TYPE_CHECKING:
@@ -140,6 +140,8 @@ class TaskRegistry:
         timeout: timedelta | float | None = None,
         queue: str = DEFAULT_QUEUE,
         priority: int = 0,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register the decorated function under ``name`` (default: its qualified name),
         and stand a :class:`Task` in its place: call it and the function runs here;
@@ -151,6 +153,9 @@ class TaskRegistry:
         where its attempts run, and ``timeout`` (seconds or a timedelta) how
         long one may run: see docs/execution.md. ``queue`` and ``priority`` (-100
         to 100, higher first) are where its tasks wait, unless a submit says.
+        ``retry_on`` and ``dont_retry_on`` (an exception class or a tuple of them)
+        replace those of ``retry`` (default: the registry's policy): which
+        failures are retried at all (see :class:`RetryPolicy`).
         """
 
         def decorate(fn: Callable[P, R]) -> Task[P, R]:
@@ -163,6 +168,8 @@ class TaskRegistry:
                 timeout=timeout,
                 queue=queue,
                 priority=priority,
+                retry_on=retry_on,
+                dont_retry_on=dont_retry_on,
             )
             return Task(definition)
 
@@ -179,6 +186,8 @@ class TaskRegistry:
         timeout: timedelta | float | None = None,
         queue: str = DEFAULT_QUEUE,
         priority: int = 0,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
     ) -> TaskDefinition:
         task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
         if not task_name or not task_name.strip():
@@ -190,10 +199,18 @@ class TaskRegistry:
                 f"task {task_name!r}: environment must be {ENVIRONMENT_CHOICES}, "
                 f"got {environment!r}"
             )
+        policy = retry or self.default_retry
+        try:
+            if retry_on is not None:
+                policy = replace(policy, retry_on=retry_on)
+            if dont_retry_on is not None:
+                policy = replace(policy, dont_retry_on=dont_retry_on)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"task {task_name!r}: {e}") from None
         definition = TaskDefinition(
             task_name,
             fn,
-            retry or self.default_retry,
+            policy,
             pass_context,
             environment,
             _timeout(task_name, timeout),

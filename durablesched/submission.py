@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durablesched.errors import InvalidTaskError, UnknownTaskNameError
+from durablesched.errors import InvalidTaskArgumentsError, InvalidTaskError, UnknownTaskNameError
 from durablesched.queues import check_priority, check_queue
 from durablesched.records import DEFAULT_QUEUE, POSITIONAL, TRACE, NewTask
 from durablesched.retry import DEFAULT_RETRY
@@ -251,7 +251,7 @@ def check_args(
     if args is None:
         checked: dict[str, Any] = {}
     elif not isinstance(args, Mapping):
-        raise InvalidTaskError(
+        raise InvalidTaskArgumentsError(
             f"{what} must be a JSON object (a dict of keyword arguments), got {type(args).__name__}"
         )
     else:
@@ -266,7 +266,7 @@ def check_args(
         checked = dict(args)
     if positional is not None:
         if isinstance(positional, str | bytes | Mapping) or not isinstance(positional, Sequence):
-            raise InvalidTaskError(
+            raise InvalidTaskArgumentsError(
                 f"{what}: positional arguments must be a list or tuple, "
                 f"got {type(positional).__name__}"
             )
@@ -274,9 +274,9 @@ def check_args(
             checked = {POSITIONAL: list(positional), **checked}
     try:
         args_json = to_json(checked, what)
-    except InvalidTaskError:
+    except InvalidTaskError as e:
         _check_depth(checked, what)  # nested past the limit says so, with the limit
-        raise
+        raise InvalidTaskArgumentsError(str(e)) from None
     # Fewer brackets than the limit cannot nest past it: most arguments skip the walk.
     if args_json.count("{") + args_json.count("[") > MAX_ARGS_DEPTH:
         _check_depth(checked, what)

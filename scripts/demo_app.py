@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 from durablesched import RetryPolicy, TaskContext, TaskRegistry
@@ -38,5 +37,7 @@ def parent(ctx: TaskContext, items: int) -> int:
 @registry.task("long_job", pass_context=True)
 def long_job(ctx: TaskContext, seconds: float) -> str:
     # Long enough for the demo to kill the worker holding it on its first attempt.
-    threading.Event().wait(seconds if ctx.attempt == 1 else 0.2)
+    # ctx.sleep, not time.sleep: a worker stopping (Ctrl-C) gives the task back at
+    # once, and a cancel ends it, instead of the loop running on regardless.
+    ctx.sleep(seconds if ctx.attempt == 1 else 0.2)
     return f"finished on attempt {ctx.attempt}"

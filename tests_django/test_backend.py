@@ -12,7 +12,7 @@ from django.tasks import TaskResult, TaskResultStatus, task, task_backends
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.utils import timezone
 
-from durablesched import CancelOutcome
+from durablesched import CancelOutcome, InvalidTaskArgumentsError, InvalidTaskError
 from durablesched.contrib.django import DurableSchedBackend, cancel
 from durablesched.contrib.django.database import close_stores, store_for
 from durablesched.contrib.django.running import DjangoTasks
@@ -101,6 +101,25 @@ def test_run_after_is_the_due_time(alias: str) -> None:
     result = add.using(backend=alias, run_after=later).enqueue(1, 1)
     stored = store_for(alias).get(int(result.id))
     assert stored is not None and stored.due_at == later
+    read = task_backends[alias].get_result(result.id)
+    assert read.task.run_after == later == result.task.run_after  # as enqueue() returned it
+    now = add.using(backend=alias).enqueue(1, 1)
+    assert task_backends[alias].get_result(now.id).task.run_after is None
+
+
+def test_arguments_json_cannot_hold_are_a_type_error_and_utf8_bytes_are_text(
+    alias: str,
+) -> None:
+    with pytest.raises(TypeError, match="must be JSON-serialisable") as raised:
+        add.using(backend=alias).enqueue(object(), 1)
+    assert isinstance(raised.value, InvalidTaskArgumentsError)
+    assert isinstance(raised.value, InvalidTaskError)  # and a durablesched error, ValueError
+    with pytest.raises(InvalidTaskArgumentsError):
+        send.using(backend=alias).enqueue(b"\xff")  # not UTF-8: Django refuses it too
+    result = send.using(backend=alias).enqueue(b"ada@example.com", subject=(b"hi",))
+    assert (result.args, result.kwargs) == (["ada@example.com"], {"subject": ["hi"]})
+    read = task_backends[alias].get_result(result.id)
+    assert (read.args, read.kwargs) == (["ada@example.com"], {"subject": ["hi"]})
 
 
 def test_a_queue_the_backend_does_not_name_is_refused(alias: str) -> None:
@@ -189,6 +208,30 @@ def test_bad_options_are_refused_with_what_is_wrong(
 ) -> None:
     with pytest.raises(InvalidTaskBackend, match=message):
         DurableSchedBackend("x", {"OPTIONS": options})
+
+
+def test_a_task_runs_once_unless_the_settings_ask_for_more() -> None:
+    """Django's own backends never retry: neither does this one unless told."""
+    assert DurableSchedBackend("x", {"OPTIONS": {}}).retry.max_attempts == 1
+    backoff_only = DurableSchedBackend("x", {"OPTIONS": {"retry": {"initial": 0}}})
+    assert backoff_only.retry.max_attempts == 1  # what a dict leaves out is the default's
+    backend = DurableSchedBackend(
+        "x",
+        {
+            "OPTIONS": {
+                "retry": {"max_attempts": 4, "dont_retry_on": "builtins.ValueError"},
+                "tasks": {"a.b": {"retry": {"retry_on": [ConnectionError, "builtins.OSError"]}}},
+            }
+        },
+    )
+    assert backend.retry.max_attempts == 4 and backend.retry.dont_retry_on == (ValueError,)
+    own = backend.retry_for("a.b")  # the task's own over the backend's
+    assert own.max_attempts == 4 and own.retry_on == (ConnectionError, OSError)
+    assert not own.retries(ValueError()) and own.retries(ConnectionError())
+    with pytest.raises(InvalidTaskBackend, match="retry_on"):
+        DurableSchedBackend("x", {"OPTIONS": {"retry": {"retry_on": "builtins.len"}}})
+    with pytest.raises(InvalidTaskBackend, match="dont_retry_on"):
+        DurableSchedBackend("x", {"OPTIONS": {"retry": {"dont_retry_on": "no.such.Error"}}})
 
 
 def test_the_first_enqueue_of_a_process_may_come_after_the_block_wrote(alias: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,22 @@ def test_the_example_shop_sends_its_receipt(tmp_path: Path) -> None:
     assert "success: task 1 (orders.tasks.send_receipt)" in out
     assert "Task id=1 path=orders.tasks.send_receipt state=SUCCESSFUL" in out
     assert "burst done: nothing remains" in out
+    # The README's command-line look at the same tasks runs as written.
+    (command,) = re.findall(r"`(durablesched [^`]+)`", (EXAMPLE / "README.md").read_text())
+    words = command.replace("shop.sqlite3", str(db)).split()
+    shown = subprocess.run(
+        [sys.executable, "-m", "durablesched", *words[1:]],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "orders.tasks.send_receipt" in shown.stdout
+
+
+def test_the_example_settings_name_a_time_zone() -> None:
+    """Django's default zone is America/Chicago: the worker's log lines would be hours
+    away from the durablesched CLI's UTC."""
+    settings = (EXAMPLE / "shop" / "settings.py").read_text()
+    assert 'TIME_ZONE = "UTC"' in settings

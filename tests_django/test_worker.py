@@ -34,6 +34,7 @@ from tests_django.testapp.tasks import (
     hold,
     mark_paid,
     record,
+    returns_a_set,
     send,
     slow,
     stubborn,
@@ -134,6 +135,16 @@ def test_an_effect_commits_with_the_success_and_never_without(alias: str) -> Non
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT task_order FROM paid")
         assert cursor.fetchall() == [(7,)]  # once: the failed attempts' effects never ran
+
+
+def test_a_result_json_cannot_hold_fails_at_its_first_attempt(alias: str) -> None:
+    result = returns_a_set.using(backend=alias).enqueue()  # OPTIONS retry: 2 attempts
+    work(alias)
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+    (error,) = result.errors
+    assert error.exception_class_path == "durablesched.errors.NoRetry"
+    assert "must be JSON-serialisable" in error.traceback
 
 
 def test_durable_takes_only_the_context_of_a_running_attempt(alias: str) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
 from durablesched.cli.options import Commands, option
-from durablesched.cli.values import parse_duration, positive_int
+from durablesched.cli.values import positive_int
 from durablesched.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ def register(commands: Commands) -> None:
     p = commands.add(
         "metrics", cmd_metrics, "print the Prometheus metrics of the database (or serve them)"
     )
-    option(p, "--window", help="how far back attempts, reclaims and durations are counted")
     option(
         p,
         "--serve",
@@ -34,21 +33,18 @@ def register(commands: Commands) -> None:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    window = parse_duration(args.window, "--window")
-    if window.total_seconds() <= 0:
-        raise UsageError(f"--window must be longer than 0s, got {args.window!r}")
     address = None if args.serve is None else _address(args.serve)
     metrics = _metrics_module()
     store = open_db(args, readonly=True)
     try:
         if address is None:
-            sys.stdout.buffer.write(metrics.metrics_text(store, window=window))
+            sys.stdout.buffer.write(metrics.metrics_text(store))
             sys.stdout.flush()
             return EXIT_OK
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(metrics.StoreCollector(store, window=window))
+        registry.register(metrics.StoreCollector(store))
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda _signum, _frame: stop.set())

@@ -40,8 +40,6 @@ DEFAULTS: dict[str, str] = {
     "move_batch": "500",
     # How long past its due time an unclaimed task is reported by `check`.
     "overdue_after": f"{OVERDUE_AFTER.total_seconds():g}s",
-    # `metrics`: how far back attempts, reclaims and durations are counted.
-    "window": "1h",
     # `dashboard`: this host only unless told (any other address needs a token).
     "host": "127.0.0.1",
     "port": "8787",

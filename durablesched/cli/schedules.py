@@ -65,8 +65,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(f"schedule {args.name}: removed (its tasks stay)")
     elif action == "run-now":
         print(f"schedule {args.name}: task {result['task_id']} made now")
-    else:
-        print(f"schedule {args.name}: {result['status']}, next fire {when(result['next_fire_at'])}")
+    elif result["status"] == "active":
+        print(f"schedule {args.name}: active, next fire {when(result['next_fire_at'])}")
+    else:  # as `schedule ls` shows it: no next fire while it is paused
+        print(f"schedule {args.name}: {result['status']}, no fire until it is resumed")
     return EXIT_OK
 
 
@@ -130,6 +132,14 @@ def _add(args: argparse.Namespace) -> int:
     if args.app is None:
         raise UsageError(
             f"schedule add needs --app (or {env_name('app')}): the task is checked against it"
+        )
+    if (args.every is None) == (args.cron is None):
+        raise UsageError("schedule add needs either --cron or --every (one of them, not both)")
+    if args.every is not None and args.timezone not in (None, "UTC"):
+        # Said in the command's words, not the API's (every=, timezone=).
+        raise UsageError(
+            "--every is elapsed time, the same in every time zone: drop "
+            f"--timezone {args.timezone} (or give --cron, which runs in a time zone)"
         )
     registry = load_registry(args.app)
     task = args.task or args.name

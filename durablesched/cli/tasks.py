@@ -325,14 +325,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     wanted = task_id(args.id)
     store = open_db(args)
+    ended: TaskState | None = None
     try:
         outcome = Scheduler(store).cancel(wanted)
+        if outcome is CancelOutcome.TOO_LATE:  # say how it ended: cancelled already?
+            record = store.get(wanted)
+            ended = None if record is None else record.state
     except TaskNotFoundError as e:
         raise Refused(str(e)) from None
     finally:
         store.close()
     if args.json:
         print_json({"id": wanted, "outcome": outcome})
+    elif ended is TaskState.CANCELLED:
+        print(f"task {wanted}: already cancelled; nothing changed")
+    elif ended is not None:
+        print(f"task {wanted}: too late: it had already finished ({ended}); nothing changed")
     else:
         print(f"task {wanted}: {CANCEL_MESSAGES[outcome]}")
     return EXIT_REFUSED if outcome is CancelOutcome.TOO_LATE else EXIT_OK

@@ -211,8 +211,14 @@ class SignalStop:
         if self._seen > 1:
             log.warning("second signal: exiting at once; held leases will expire and be reclaimed")
             os._exit(128 + signum)
-        log.info(
-            "signal %s: no new claims; waiting up to %ss for running tasks", signum, self.grace
+        # No lock may be taken here (the interrupted thread may hold it): the running
+        # count comes with the countdown, from the shutdown.
+        name = signal.Signals(signum).name if signum in signal.valid_signals() else signum
+        log.warning(
+            "%s: no new claims; running tasks get up to %gs to finish "
+            "(a second Ctrl-C exits at once)",
+            name,
+            self.grace,
         )
         self.worker.request_stop()
 
@@ -222,6 +228,28 @@ class SignalStop:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class Countdown:
+    """While a stopping worker waits for its running tasks: a line every ``every``
+    seconds with how many still run and how long is left (``Worker.shutdown(on_wait=)``)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every = every
+        self._last: float | None = None
+
+    def __call__(self, running: int, left: float) -> None:
+        if self._last is None:  # the signal's own line said it just now
+            self._last = left
+            return
+        if self._last - left < self.every:
+            return
+        self._last = left
+        log.warning(
+            "still waiting for %s running task(s): %.0fs left (a second Ctrl-C exits at once)",
+            running,
+            left,
+        )
 
 
 def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: float) -> int:
@@ -241,7 +269,7 @@ def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: flo
             return EXIT_REFUSED
         code = EXIT_REFUSED
     try:
-        released = worker.shutdown(stop.grace)
+        released = worker.shutdown(stop.grace, on_wait=Countdown())
         if released:
             log.warning("gave back %s unfinished task(s) as PENDING", released)
     except DurableSchedError as e:
@@ -252,19 +280,25 @@ def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: flo
 
 def remaining(store: DurableStore, owner: str, now: datetime) -> Remaining:
     """What a burst worker leaves: tasks due later, tasks running under other workers'
-    leases, tasks due now that it does not run (their names are not in its app)."""
+    leases, tasks due now that it does not run (their names are not in its app), and
+    tasks a paused queue holds (never overdue: ``stats`` leaves them out)."""
     stats = store.stats(now)
     counts = stats["counts"]
     due_now = sum(o["tasks"] for o in stats["overdue_by_name"])
-    later = counts[TaskState.PENDING.value] + counts[TaskState.RETRY_WAIT.value] - due_now
+    queues = store.queue_info(now, finished=False)
+    waiting = (TaskState.PENDING.value, TaskState.RETRY_WAIT.value)
+    held = sum(q["counts"].get(s, 0) for q in queues if q["paused"] for s in waiting)
+    later = counts[TaskState.PENDING.value] + counts[TaskState.RETRY_WAIT.value] - due_now - held
     next_due: datetime | None = None
     if later > 0:
-        # In (due_at, seq) order: past the ones due now, the first is the earliest later.
-        for state in (TaskState.PENDING, TaskState.RETRY_WAIT):
-            for task in store.list_tasks(state=state, limit=due_now + 1):
-                if task.due_at > now and (next_due is None or task.due_at < next_due):
-                    next_due = task.due_at
-                    break
+        # Per queue that runs, in (due_at, seq) order: past the ones due now (at most
+        # due_now in any queue), the first is that queue's earliest later one.
+        for queue in (q["name"] for q in queues if not q["paused"]):
+            for state in (TaskState.PENDING, TaskState.RETRY_WAIT):
+                for task in store.list_tasks(state=state, queue=queue, limit=due_now + 1):
+                    if task.due_at > now and (next_due is None or task.due_at < next_due):
+                        next_due = task.due_at
+                        break
     running = [r for r in stats["running"] if r["lease_owner"] != owner]
     return Remaining(
         due_later=later,
@@ -272,6 +306,7 @@ def remaining(store: DurableStore, owner: str, now: datetime) -> Remaining:
         running_elsewhere=len(running),
         next_lease_expiry=min((r["lease_expires_at"] for r in running), default=None),
         due_now_not_run=due_now,
+        held_in_paused_queues=held,
     )
 
 
@@ -284,6 +319,7 @@ class Remaining:
     running_elsewhere: int
     next_lease_expiry: datetime | None
     due_now_not_run: int
+    held_in_paused_queues: int = 0
 
     def line(self) -> str:
         parts = []
@@ -296,6 +332,8 @@ class Remaining:
             )
         if self.due_now_not_run:
             parts.append(f"{self.due_now_not_run} due now that this worker does not run")
+        if self.held_in_paused_queues:
+            parts.append(f"{self.held_in_paused_queues} held in paused queues")
         return "burst done: " + ("; ".join(parts) if parts else "nothing remains")
 
 
@@ -320,10 +358,10 @@ def report_stop(store: DurableStore) -> None:
 
 
 def set_log_level(level: int) -> None:
-    """Our lines and the libraries' at ``level``: at warning, opening a new
-    database no longer prints Alembic's INFO lines about creating its schema."""
-    for name in ("durablesched", "alembic"):
-        logging.getLogger(name).setLevel(level)
+    """Our lines at ``level``; Alembic's (a new database's schema, step by step) only at
+    debug: at info, a worker's first start printed some twenty of them."""
+    logging.getLogger("durablesched").setLevel(level)
+    logging.getLogger("alembic").setLevel(level if level <= logging.DEBUG else logging.WARNING)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

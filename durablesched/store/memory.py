@@ -61,6 +61,8 @@ from durablesched.schedules.firing import PlannedFire, due_fires, run_now
 from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
 from durablesched.store.protocol import DBAPIConnection, Effect, OnFinished, RetryDelay
+from durablesched.totals import NO_DURATION, AttemptTotal, Tally, add, totals_of
+from durablesched.totals import ended as add_ended
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection  # only in submit's signature: never given here
@@ -99,6 +101,8 @@ class MemoryStore:
         self._stale = 0
         #: Every queue a task was submitted to or limits were set for, and the limits.
         self._queues: dict[str, QueueLimits] = {DEFAULT_QUEUE: QueueLimits(DEFAULT_QUEUE)}
+        #: Ended attempts, added with each outcome (``durablesched.totals``).
+        self._totals: Tally = {}
         #: Start times each rate-limited queue's window still remembers.
         self._starts: dict[str, list[datetime]] = {}
         self._tasks: dict[int, TaskRecord] = {}
@@ -281,6 +285,7 @@ class MemoryStore:
             for child in children:
                 self._insert(child, now)
             self._finish(task, TaskState.SUCCEEDED, now, result=result)
+            add_ended(self._totals, claim, TaskState.SUCCEEDED, now)
             key = effective_key(task.id, task.idempotency_key)
             self.recorded_keys.setdefault(key, (task.id, now, result))
             return True
@@ -295,8 +300,10 @@ class MemoryStore:
                 return None
             if retry_at is None or task.cancel_requested_at is not None:
                 self._finish(task, TaskState.FAILED, now, error=error)
+                add_ended(self._totals, claim, TaskState.FAILED, now)
                 return TaskState.FAILED
             self._retry_later(task, retry_at, now, error, detail=error.message)
+            add_ended(self._totals, claim, TaskState.RETRY_WAIT, now)
             return TaskState.RETRY_WAIT
 
     def record_and_claim(
@@ -350,6 +357,7 @@ class MemoryStore:
                     f"task {task.id} cannot acknowledge a cancellation nobody requested"
                 )
             self._finish(task, TaskState.CANCELLED, now, detail=detail)
+            add_ended(self._totals, claim, TaskState.CANCELLED, now)
             return True
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
@@ -423,7 +431,12 @@ class MemoryStore:
                     due = now + retry_delay(task.name, task.attempts)
                     self._retry_later(task, due, now, error, detail=detail)
                 reclaimed.append(Reclaimed(task.id, task.name, task.attempts, owner, state))
+                add(self._totals, (task.queue, task.name, "reclaimed", NO_DURATION), 0)
         return reclaimed
+
+    def attempt_totals(self) -> list[AttemptTotal]:
+        with self._lock:
+            return totals_of(self._totals)
 
     def next_wakeup(
         self,
@@ -538,10 +551,13 @@ class MemoryStore:
                 for t in (self._tasks[i] for i in self._running)
                 if t.lease_expires_at is not None and t.lease_expires_at <= now
             )
+            paused = {q for q, limits in self._queues.items() if limits.paused}
             overdue = sorted(
                 (t.due_at, t.seq, t.id)
                 for t in self._tasks.values()
-                if t.state in CLAIMABLE and t.due_at < now - overdue_after
+                if t.state in CLAIMABLE
+                and t.due_at < now - overdue_after
+                and t.queue not in paused  # held back by the operator, not late
             )
         findings: list[Finding] = []
         if expired:

@@ -7,14 +7,10 @@ loads the PostgreSQL module or SQLAlchemy's PostgreSQL dialect.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from durablesched.store.durability import Durability
 from durablesched.store.protocol import DurableStore
 from durablesched.store.sql.urls import is_postgres_url
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
 
 def open_store(
@@ -42,14 +38,3 @@ def open_store(
     from durablesched.store.sql.sqlite import SQLiteStore  # noqa: PLC0415
 
     return SQLiteStore(db, durability=durability, migrate=migrate, **modes)
-
-
-def create_engine_for(db: str | os.PathLike[str], *, durability: Durability = "full") -> Engine:
-    """An engine with durablesched's connection settings, for migrations and tools."""
-    if is_postgres_url(db):
-        from durablesched.store.sql.postgres import create_postgres_engine  # noqa: PLC0415
-
-        return create_postgres_engine(str(db), durability=durability)
-    from durablesched.store.sql.sqlite import create_sqlite_engine  # noqa: PLC0415
-
-    return create_sqlite_engine(db, durability=durability)

@@ -36,6 +36,7 @@ from durablesched.records import (
 )
 from durablesched.schedules.declaration import Fired, Schedule, ScheduleInfo
 from durablesched.states import TaskState
+from durablesched.totals import AttemptTotal
 
 if TYPE_CHECKING:
     # Only SQL backends hand an effect a connection: the in-memory one must not
@@ -382,6 +383,15 @@ class Store(ScheduleStore, Protocol):
         With ``finished=False`` the counts hold the live states only (PENDING,
         RUNNING, RETRY_WAIT), read through the indexes of live tasks: cheap however
         many finished tasks the history keeps (metrics read them so).
+        """
+        ...
+
+    def attempt_totals(self) -> list[AttemptTotal]:
+        """Every attempt ended so far, summed per queue, task name, outcome and duration
+        bucket (:mod:`durablesched.totals`), in key order: monotonic, added in the very
+        transaction that recorded each outcome (success, failure, retry, cancel, reclaim;
+        a give-back at shutdown is no outcome), and never taken away, purges included.
+        What the metrics' counters and histogram read; a read of a few rows per key.
         """
         ...
 

@@ -26,16 +26,19 @@ from typing import Any
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import (
     DurableSchedError,
+    InvalidTaskError,
+    ProcessCrashed,
     TaskCancelled,
     TaskTimeout,
     UnknownTaskNameError,
+    WorkerStopping,
 )
 from durablesched.handles import RUNNING_TASK
 from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
 from durablesched.registry import TaskDefinition, TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.submission import canonical_json
-from durablesched.worker.environments import run_in_child
+from durablesched.worker.environments import run_in_child, unstorable
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots
 
@@ -72,6 +75,9 @@ class AttemptRunner:
         self._process_cache: tuple[frozenset[str], frozenset[str]] | None = None
         #: Per task name, how to check its stored arguments, worked out on first use.
         self._checks: dict[str, _ArgumentCheck] = {}
+        #: How many attempts gave their claim back for the shutdown (ctx.sleep).
+        self.given_back = 0
+        self._given_back_lock = threading.Lock()
 
     def prepare(self, claims: list[Claim]) -> list[Running]:
         """The record of each claimed attempt, with the context its task will see."""
@@ -114,7 +120,6 @@ class AttemptRunner:
                 value: Any = self._run_async(definition, claim, ctx, running.signals)
             else:
                 value = _call(definition, claim, ctx)
-            result = canonical_json(value, f"the result of task {claim.name!r}")
         except (TaskCancelled, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
             if ctx.cancel_requested:
                 return Outcome(claim, cancelled=True)
@@ -124,17 +129,45 @@ class AttemptRunner:
                 return self.failure(claim, _overran(definition, started))
             return self.failure(claim, exc)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
-            # per its policy), not the worker's: no signal raises them on a task thread.
-            return self.failure(claim, exc)
+            return self._raised(running, exc)
         finally:
             RUNNING_TASK.reset(inside)
         if ctx.timed_out:
             # Finished, but too late: a timed-out attempt is a failure wherever it ran.
             return self.failure(claim, _overran(definition, started))
-        return Outcome(
-            claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects)
-        )
+        return _succeeded(claim, ctx, value)
+
+    def _raised(self, running: Running, exc: BaseException) -> Outcome | None:
+        """The outcome of an attempt that raised ``exc``; None if it gave its claim back."""
+        if isinstance(exc, WorkerStopping) and running.context.shutdown_requested:
+            self._give_back(running)
+            return None
+        # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
+        # per its policy), not the worker's: no signal raises them on a task thread.
+        return self.failure(running.claim, exc)
+
+    def _give_back(self, running: Running) -> None:
+        """An attempt that stopped for its worker's shutdown (``ctx.sleep`` raised
+        :class:`WorkerStopping`): its claim goes back to PENDING now, the attempt not
+        counted, rather than when the grace period ends."""
+        claim = running.claim
+        running.given_back = True
+        try:
+            released = self._scheduler.store.release([claim], self._scheduler.clock.now())
+        except DurableSchedError as e:
+            # Its lease lapses and a reclaim takes it back (counted, as after a crash).
+            log.error("could not give back task %s at shutdown: %s", claim.task_id, e)
+            released = 0
+        running.signals.mark_lease_lost()  # the claim is no longer this attempt's
+        if released:
+            with self._given_back_lock:
+                self.given_back += released
+            log.info(
+                "given back: task %s (%s) attempt %s stopped for the shutdown; not counted",
+                claim.task_id,
+                claim.name,
+                claim.attempt,
+            )
 
     def _mismatch(
         self, definition: TaskDefinition, claim: Claim, ctx: TaskContext
@@ -206,7 +239,10 @@ class AttemptRunner:
         if ended.how == "cancelled":
             return Outcome(claim, cancelled=True)
         if ended.error is not None:
-            return self.failure_info(claim, ended.error)
+            retry = ended.retry
+            if ended.how == "crashed":  # no exception came back: the policy's view of one
+                retry = definition.retry.retries(ProcessCrashed(ended.error.message))
+            return self.failure_info(claim, ended.error, retry=retry)
         return Outcome(claim, result=ended.result, children=ended.children)
 
     def _run_async(
@@ -276,15 +312,30 @@ class AttemptRunner:
         return cached[1]
 
     def failure(self, claim: Claim, exc: BaseException) -> Outcome:
-        return self.failure_info(claim, ErrorInfo.from_exception(exc))
+        """A failed attempt, retried if it has attempts left and its policy retries ``exc``."""
+        retry = self._registry.retry_policy(claim.name).retries(exc)
+        return self.failure_info(claim, ErrorInfo.from_exception(exc), retry=retry)
 
-    def failure_info(self, claim: Claim, error: ErrorInfo) -> Outcome:
+    def failure_info(self, claim: Claim, error: ErrorInfo, *, retry: bool = True) -> Outcome:
+        if claim.exhausted or not retry:
+            return Outcome(claim, error=error, retry_at=None)
         now = self._scheduler.clock.now()
-        retry_at = None if claim.exhausted else now + self.retry_delay(claim.name, claim.attempt)
-        return Outcome(claim, error=error, retry_at=retry_at)
+        return Outcome(
+            claim, error=error, retry_at=now + self.retry_delay(claim.name, claim.attempt)
+        )
 
     def retry_delay(self, name: str, attempt: int) -> timedelta:
         return self._registry.retry_policy(name).delay(attempt, self._rng)
+
+
+def _succeeded(claim: Claim, ctx: TaskContext, value: Any) -> Outcome:
+    """The outcome of an attempt that returned ``value``: a success if JSON can store it,
+    else a failure at once."""
+    try:
+        result = canonical_json(value, f"the result of task {claim.name!r}")
+    except InvalidTaskError as exc:
+        return Outcome(claim, error=ErrorInfo.from_exception(unstorable(exc)), retry_at=None)
+    return Outcome(claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects))
 
 
 def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
-from durablesched.errors import ProcessCrashed, TaskCancelled
+from durablesched.errors import InvalidTaskError, ProcessCrashed, TaskCancelled
 from durablesched.records import ErrorInfo, NewTask, call_args
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
@@ -43,6 +43,8 @@ class ChildEnded:
     result: Any = None
     children: tuple[NewTask, ...] = ()
     error: ErrorInfo | None = None
+    #: With an error: whether the task's retry policy retries it.
+    retry: bool = True
 
 
 #: How often the waiting worker thread looks at cancel requests and deadlines.
@@ -148,7 +150,7 @@ def _wait(pid: int, fd: int, ctx: TaskContext, limits: _Limits) -> ChildEnded:
 def _ended(report: dict[str, Any]) -> ChildEnded:
     if "error" in report:
         e = report["error"]
-        return ChildEnded("error", error=ErrorInfo.from_dict(e))
+        return ChildEnded("error", error=ErrorInfo.from_dict(e), retry=bool(report.get("retry")))
     if report.get("cancelled"):
         return ChildEnded("cancelled")
     children = tuple(
@@ -241,13 +243,16 @@ def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> 
         )
         if definition.is_async:
             value = asyncio.run(value)
-        result = json.loads(to_json(value, f"the result of task {definition.name!r}"))
     except TaskCancelled as exc:
         if ctx.cancel_requested:
             return {"cancelled": True}
-        return {"error": _error(exc)}
+        return _failed(definition, exc)
     except BaseException as exc:
-        return {"error": _error(exc)}
+        return _failed(definition, exc)
+    try:
+        result = json.loads(to_json(value, f"the result of task {definition.name!r}"))
+    except InvalidTaskError as exc:
+        return {"error": _error(unstorable(exc)), "retry": False}
     return {
         "result": result,
         "children": [
@@ -263,6 +268,19 @@ def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> 
             for c in ctx.children
         ],
     }
+
+
+def unstorable(exc: InvalidTaskError) -> InvalidTaskError:
+    """The error of an attempt whose return value JSON cannot store: failed at once."""
+    return InvalidTaskError(
+        f"{exc} (failed at once, not retried: the body ran and its effects happened, "
+        "and a retry would repeat them to return the same)"
+    )
+
+
+def _failed(definition: TaskDefinition, exc: BaseException) -> dict[str, Any]:
+    """The report of an attempt that raised ``exc``, saying whether its policy retries it."""
+    return {"error": _error(exc), "retry": definition.retry.retries(exc)}
 
 
 def _error(exc: BaseException) -> dict[str, str]:

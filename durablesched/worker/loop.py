@@ -281,21 +281,29 @@ class Worker:
         self._stopping.set()
         self._wakeup.set()
 
-    def shutdown(self, grace: float) -> int:
+    def shutdown(
+        self, grace: float, *, on_wait: Callable[[int, float], object] | None = None
+    ) -> int:
         """After :meth:`run`: let running tasks finish for up to ``grace`` seconds, heartbeating,
-        then give back what is still running as PENDING. Returns how many were given back.
+        then give back what is still running as PENDING. Returns how many were given back
+        (those that stopped for it in ``ctx.sleep()`` and gave themselves back included).
 
         A task still running after that keeps its thread, but its outcome will
-        be refused: the claim is no longer valid.
+        be refused: the claim is no longer valid. ``on_wait(running, seconds_left)``,
+        if given, is called before each wait, about once a second, while tasks run
+        (the CLI counts down with it).
         """
         self.request_stop()
         self._tell_shutdown()
         deadline = time.monotonic() + grace
+        step = min(1.0, self._options.heartbeat_interval.total_seconds())
         while self.active_count:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self.wait_idle(min(remaining, self._options.heartbeat_interval.total_seconds()))
+            if on_wait is not None:
+                on_wait(self.active_count, remaining)
+            self.wait_idle(min(remaining, step))
             self.heartbeat(force=False)
             self._commit.drain()
         self._commit.drain()
@@ -312,7 +320,7 @@ class Worker:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
         self._presence.deregister()
-        return released
+        return released + self._attempts.given_back
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread, registered in the workers table before
@@ -413,10 +421,11 @@ class Worker:
                 end_attempt(trace, LEASE_LOST, ErrorInfo.from_exception(exc))
             self._commit.forget([running])
             raise
-        if outcome is None:  # already recorded: its process was terminated
+        if outcome is None:  # already recorded: its process was terminated, or given back
             if trace is not None:
                 lost = running.context.lease_lost
-                end_attempt(trace, LEASE_LOST if lost else CANCELLED)
+                ended = RELEASED if running.given_back else LEASE_LOST if lost else CANCELLED
+                end_attempt(trace, ended)
             self._commit.forget([running])
             return
         self._commit.hand_over(running, outcome)

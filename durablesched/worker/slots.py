@@ -36,6 +36,8 @@ class Running:
     #: Its outcome was handed over for recording (or its cancel enforced): a
     #: heartbeat that no longer finds its claim is then no sign of a lost lease.
     ended: bool = False
+    #: It stopped for the worker's shutdown and gave its claim back (ctx.sleep).
+    given_back: bool = False
     #: Its trace, when a tracer is installed (docs/tracing.md): ended with its outcome.
     trace: AttemptTrace | None = None
 

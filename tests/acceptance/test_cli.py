@@ -103,7 +103,7 @@ def test_submit_ls_show_cancel_retry_stats_purge_json(db: str) -> None:
     assert shown["args"] == {"n": 1} and shown["history"][0]["state"] == "PENDING"
     assert as_json(cli("cancel", str(later["id"]), "--json", db=db))["outcome"] == "CANCELLED"
     too_late = cli("cancel", str(later["id"]), db=db)
-    assert too_late.returncode == 1 and "too late" in too_late.stdout
+    assert too_late.returncode == 1 and "already cancelled" in too_late.stdout
     assert as_json(cli("retry", str(later["id"]), "--json", db=db))["state"] == "PENDING"
     stats = as_json(cli("stats", "--json", db=db))
     assert stats["counts"]["PENDING"] == 3

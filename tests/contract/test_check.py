@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from durablesched import Finding, HealthReport
+from durablesched import Finding, HealthReport, QueueLimits
 from durablesched.records import NewTask
 from durablesched.schedules.declaration import schedule
 
@@ -53,6 +53,18 @@ def test_a_task_nobody_claimed_long_after_its_due_time_is_a_finding(
         finding.problem == "1 task due more than 300s ago and not claimed (the oldest due 390s ago)"
     )
     assert "is a worker running" in finding.advice
+
+
+def test_a_paused_queue_s_tasks_are_held_back_not_overdue(store: BackendStore) -> None:
+    (late,) = store.submit([NewTask("t", {}, at(10), 3)], T0)
+    store.submit([NewTask("t", {}, at(10), 3, queue="reports")] * 2, T0)
+    store.put_queue(QueueLimits("reports", paused=True), T0)
+    (finding,) = check(store, 400).findings  # the default queue's task alone is late
+    assert (finding.check, finding.task_ids) == ("overdue", (late.task_id,))
+    assert finding.problem.startswith("1 task due")
+    store.put_queue(QueueLimits("reports"), T0)  # resumed: its tasks are late again
+    (finding,) = check(store, 400).findings
+    assert finding.problem.startswith("3 tasks due")
 
 
 def test_an_active_schedule_nothing_fired_long_after_its_time_is_a_finding(

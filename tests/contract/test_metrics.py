@@ -1,5 +1,5 @@
-"""The Prometheus metrics read from every backend: what each metric counts, over which
-window, and that the text parses as Prometheus' own format."""
+"""The Prometheus metrics read from every backend: what each metric counts, that the
+counters never go back, and that the text parses as Prometheus' own format and types."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from durablesched import ConfigurationError, ErrorInfo, ManualClock, WorkerInfo
@@ -23,7 +24,9 @@ ERR = ErrorInfo("builtins.ValueError", "bad", "")
 def samples(
     store: BackendStore, now: float, **kwargs: object
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = metrics_text(store, clock=ManualClock(at(now)), **kwargs).decode()  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, clock=ManualClock(at(now)), **kwargs))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -62,52 +65,76 @@ def test_what_each_metric_counts(store: BackendStore) -> None:
     assert value("durablesched_tasks", queue="default", state="PENDING") == 1
     assert value("durablesched_tasks", queue="default", state="RUNNING") == 0
     assert value("durablesched_tasks", queue="mail", state="RETRY_WAIT") == 1
-    # Finished tasks are history, counted over the window below, not here.
+    # Finished tasks are counted by the attempt counters, not here.
     assert ("durablesched_tasks", (("queue", "mail"), ("state", "FAILED"))) not in got
     # flaky has been due since 21 and nobody claimed it: it waits 39 s at 60.
     assert value("durablesched_queue_oldest_waiting_seconds", queue="mail") == 39
     assert value("durablesched_queue_oldest_waiting_seconds", queue="default") == 0
     assert value("durablesched_queue_paused", queue="mail") == 0
-    assert value("durablesched_attempts_started", queue="default") == 2
-    assert value("durablesched_attempts_started", queue="mail") == 2
-    assert value("durablesched_attempts_succeeded", queue="default") == 2
-    assert value("durablesched_attempts_failed", queue="mail") == 2  # flaky's, and lost's
-    assert value("durablesched_attempts_retried", queue="mail") == 1
-    assert value("durablesched_attempts_cancelled", queue="mail") == 0
-    assert value("durablesched_reclaims", queue="mail") == 1
-    assert value("durablesched_lease_losses", worker="w1") == 1
-    # Durations per name; the reclaimed attempt (lost) is not one.
-    assert value("durablesched_task_duration_seconds_count", name="ok") == 2
-    assert value("durablesched_task_duration_seconds_sum", name="ok") == pytest.approx(2.2)
-    assert value("durablesched_task_duration_seconds_bucket", name="ok", le="0.25") == 1
-    assert value("durablesched_task_duration_seconds_bucket", name="ok", le="2.5") == 2
-    assert value("durablesched_task_duration_seconds_bucket", name="flaky", le="+Inf") == 1
-    assert ("durablesched_task_duration_seconds_count", (("name", "lost"),)) not in got
+    attempts = "durablesched_attempts_total"
+    assert value(attempts, queue="default", task="ok", outcome="succeeded") == 2
+    assert value(attempts, queue="default", task="ok", outcome="failed") == 0  # listed, 0
+    assert value(attempts, queue="mail", task="flaky", outcome="retried") == 1
+    assert value(attempts, queue="mail", task="lost", outcome="reclaimed") == 1
+    assert value(attempts, queue="mail", task="lost", outcome="failed") == 0  # once: reclaimed
+    # Durations per queue and task; the reclaimed attempt (lost) is not one.
+    duration = "durablesched_attempt_duration_seconds"
+    assert value(f"{duration}_count", queue="default", task="ok") == 2
+    assert value(f"{duration}_sum", queue="default", task="ok") == pytest.approx(2.2)
+    assert value(f"{duration}_bucket", queue="default", task="ok", le="0.25") == 1
+    assert value(f"{duration}_bucket", queue="default", task="ok", le="2.5") == 2
+    assert value(f"{duration}_bucket", queue="mail", task="flaky", le="+Inf") == 1
+    assert (f"{duration}_count", (("queue", "mail"), ("task", "lost"))) not in got
     # w1 was last seen at 0 (gone at 60), w2 at 45.
     assert value("durablesched_workers_alive") == 1
     assert value("durablesched_workers_gone") == 1
-    assert value("durablesched_metrics_window_seconds") == 3600
+    # The counters never go back: a later scrape, after a purge, counts the same.
+    purge = getattr(store, "purge", None)
+    if purge is not None:
+        assert purge(at(10_000)) > 0
+    later = samples(store, 10_000)
+    assert later[(attempts, (("outcome", "succeeded"), ("queue", "default"), ("task", "ok")))] == 2
 
-    # A window that ends before the reclaim and starts after the first claims: only
-    # what happened in it counts.
-    narrow = samples(store, 40, window=timedelta(seconds=19))
-    assert narrow[("durablesched_attempts_started", (("queue", "default"),))] == 0
-    assert narrow[("durablesched_attempts_succeeded", (("queue", "default"),))] == 1
-    assert narrow[("durablesched_metrics_window_seconds", ())] == 19
+
+def test_the_types_are_prometheus_types(store: BackendStore) -> None:
+    store.submit([NewTask("ok", {}, at(10), 3)], T0)
+    (claim,) = store.claim("w1", 1, at(10), LEASE)
+    assert store.complete(claim, None, at(10.5))
+    text = metrics_text(store, clock=ManualClock(at(20))).decode()
+    types = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert types == {
+        "durablesched_tasks": "gauge",
+        "durablesched_queue_oldest_waiting_seconds": "gauge",
+        "durablesched_queue_paused": "gauge",
+        "durablesched_attempts": "counter",
+        "durablesched_attempt_duration_seconds": "histogram",
+        "durablesched_workers_alive": "gauge",
+        "durablesched_workers_gone": "gauge",
+    }
+    assert "# TYPE durablesched_attempts counter" in text or (
+        "# TYPE durablesched_attempts_total counter" in text
+    )
+    # Fewer buckets, all among the stored bounds: each counts what ran at most that long.
+    fewer = samples(store, 20, buckets=[0.1, 1.0])
+    bucket = "durablesched_attempt_duration_seconds_bucket"
+    labels = (("queue", "default"), ("task", "ok"))
+    assert fewer[(bucket, (("le", "0.1"), *labels))] == 0
+    assert fewer[(bucket, (("le", "1.0"), *labels))] == 1
+    assert (bucket, (("le", "0.5"), *labels)) not in fewer
 
 
 def test_an_empty_store_has_every_family_and_no_samples_to_invent(store: BackendStore) -> None:
     got = samples(store, 10)
     assert got[("durablesched_tasks", (("queue", "default"), ("state", "PENDING")))] == 0
     assert got[("durablesched_workers_alive", ())] == 0
-    assert not any(name.startswith("durablesched_attempts_") for name, _ in got)
+    assert not any(name.startswith("durablesched_attempt") for name, _ in got)
 
 
 def test_bad_settings_are_refused(store: BackendStore) -> None:
-    with pytest.raises(ConfigurationError, match="window"):
-        StoreCollector(store, window=timedelta(0))
     with pytest.raises(ConfigurationError, match="buckets"):
         StoreCollector(store, buckets=[1.0, 0.5])
+    with pytest.raises(ConfigurationError, match="some of the bounds"):
+        StoreCollector(store, buckets=[0.3])
 
 
 def test_importing_durablesched_loads_no_prometheus_client() -> None:

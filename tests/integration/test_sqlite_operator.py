@@ -12,6 +12,7 @@ from alembic import command
 from durablesched import (
     ErrorInfo,
     InvalidTransitionError,
+    QueueLimits,
     SchemaError,
     SQLiteStore,
     TaskNotFoundError,
@@ -109,6 +110,19 @@ def test_stats_counts_overdue_running_and_recent_failures(store: SQLiteStore) ->
     assert [r["lease_owner"] for r in stats["running"]] == ["w"]
     assert [f["error"] for f in stats["failures_last_hour"]] == [ERR]
     assert store.stats(at(15) + timedelta(hours=2))["failures_last_hour"] == []
+    store.close()
+
+
+def test_stats_leaves_a_paused_queue_s_tasks_out_of_overdue(store: SQLiteStore) -> None:
+    store.submit([NewTask("held", {}, T0, 1, queue="reports"), NewTask("late", {}, at(11), 1)], T0)
+    store.put_queue(QueueLimits("reports", paused=True), T0)
+    stats = store.stats(at(15))
+    oldest = stats["oldest_overdue"]
+    assert oldest is not None and oldest["name"] == "late"
+    assert [o["name"] for o in stats["overdue_by_name"]] == ["late"]
+    assert stats["counts"]["PENDING"] == 2  # still counted, only not late
+    store.put_queue(QueueLimits("reports"), T0)
+    assert [o["name"] for o in store.stats(at(15))["overdue_by_name"]] == ["held", "late"]
     store.close()
 
 

@@ -19,6 +19,7 @@ lockstep, comparing every answer:
   ``list_workers`` and ``prune_workers`` (a day and more later), with the
   heartbeat's mark of its worker compared after every step; ``activity``
   (windows of several lengths, ending now or ahead of now, with several bounds);
+  ``attempt_totals`` after every step (equal, and never going back);
   the dashboard's ``Console``: ``find_tasks`` (every filter alone and together,
   created-time ranges, a keyset cursor from a task's own or a shifted time,
   limits from 0), ``minute_counts`` (windows ending now or ahead) and
@@ -310,7 +311,10 @@ class ModelStore(MemoryStore):
 
     def stats(self, now: datetime) -> QueueStats:
         tasks = sorted(self.list_tasks(limit=1_000_000), key=lambda t: (t.due_at, t.seq))
-        overdue = [t for t in tasks if t.state in CLAIMABLE and t.due_at <= now]
+        paused = {q.name for q in self.queue_limits() if q.paused}
+        overdue = [
+            t for t in tasks if t.state in CLAIMABLE and t.due_at <= now and t.queue not in paused
+        ]
         by_name: dict[str, list[TaskRecord]] = {}
         for t in overdue:
             by_name.setdefault(t.name, []).append(t)
@@ -374,6 +378,8 @@ class StoresAgree(RuleBasedStateMachine):
         type(self).examples += 1
         self.clock = ManualClock(T0)
         self.memory = ModelStore(compact_min=4)
+        #: Attempts the totals counted at the last step: they never go back.
+        self.totals_seen = 0
         self.sql = self.make_sql()
         self.held: list[Claim] = []
         #: Tasks cancelled before they started, as they were then (until requeued).
@@ -1078,6 +1084,15 @@ class StoresAgree(RuleBasedStateMachine):
                 unchanged = replace(after, **{f: getattr(before, f) for f in silent})
                 assert unchanged == before, f"task {task_id}: {self.op} changed {after}"
         self.seen_records, self.seen_histories = records, histories
+
+    @invariant()
+    def attempt_totals_match(self) -> None:
+        """Every ended attempt counted once, the same way, in its outcome's own step: a
+        refused outcome, a give-back or a purge adds nothing and takes nothing away."""
+        totals = self.both("attempt_totals")
+        assert all(t.attempts > 0 and t.duration_us >= 0 for t in totals)
+        assert sum(t.attempts for t in totals) >= self.totals_seen
+        self.totals_seen = sum(t.attempts for t in totals)
 
     @invariant()
     def workers_match(self) -> None:

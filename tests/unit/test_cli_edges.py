@@ -233,16 +233,20 @@ def test_a_db_that_cannot_be_one_exits_2_saying_what_can(run: Run, url: str) -> 
         assert "a SQLite file path, a sqlite:///PATH URL or a postgresql:// URL" in result.err
 
 
-def test_log_level_warning_silences_alembic(
+def test_alembic_lines_show_at_debug_only(
     run: Run, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)
     worker = ("worker", "--app", APP, "--burst")
     assert run(*worker, "--db", str(tmp_path / "quiet.db"), "--log-level", "warning").code == 0
     assert not [r for r in caplog.records if r.name.startswith("alembic")]
     assert not [r for r in caplog.records if r.levelno < logging.WARNING]
-    # At info the same start on a new database shows them: the test can see them.
-    assert run(*worker, "--db", str(tmp_path / "loud.db"), "--log-level", "info").code == 0
+    # At info (the default) a new database's schema is made without a line of Alembic's.
+    assert run(*worker, "--db", str(tmp_path / "new.db"), "--log-level", "info").code == 0
+    assert not [r for r in caplog.records if r.name.startswith("alembic")]
+    assert [r for r in caplog.records if r.name.startswith("durablesched")]
+    # At debug the same start shows them: the test can see them.
+    assert run(*worker, "--db", str(tmp_path / "loud.db"), "--log-level", "debug").code == 0
     assert [r for r in caplog.records if r.name.startswith("alembic")]
 
 
@@ -272,6 +276,20 @@ def test_retry_of_a_pending_task_says_why_in_words(run: Run) -> None:
     assert result.code == 1
     assert result.err == (
         "durablesched: task 1 is PENDING: only FAILED or CANCELLED tasks can be retried\n"
+    )
+
+
+def test_cancel_of_a_finished_task_says_how_it_ended(run: Run) -> None:
+    assert run("submit", "ok").out == "1\n"
+    assert run("cancel", "1").out == "task 1: cancelled: it had not started and never will\n"
+    again = run("cancel", "1")
+    assert (again.code, again.out) == (1, "task 1: already cancelled; nothing changed\n")
+    assert run("submit", "ok").out == "2\n"
+    assert run("worker", "--app", APP, "--burst").code == 0
+    done = run("cancel", "2")
+    assert (done.code, done.out) == (
+        1,
+        "task 2: too late: it had already finished (SUCCEEDED); nothing changed\n",
     )
 
 
@@ -427,6 +445,19 @@ def test_a_burst_says_in_one_line_what_it_leaves(db: Path, run: Run) -> None:
     left = json.loads(run("worker", "--app", APP, "--burst", "--json").out)
     assert (left["due_later"], left["running_elsewhere"], left["due_now_not_run"]) == (1, 1, 1)
     assert left["next_lease_expiry"] is not None and left["next_due_at"] is not None
+
+
+def test_a_burst_counts_a_paused_queue_s_tasks_as_held_not_due_later(run: Run) -> None:
+    assert run("submit", "report", "--app", APP).code == 0  # queue "reports", due now
+    assert run("submit", "report", "--app", APP, "--delay", "1h").code == 0
+    assert run("submit", "ok", "--delay", "1h").code == 0
+    assert run("queue", "pause", "reports").code == 0
+    result = run("worker", "--app", APP, "--burst", "--burst-wait", "0", "--log-level", "warning")
+    assert result.code == 0, result.err
+    (line,) = result.out.splitlines()
+    assert line.startswith("burst done: 1 due later (the first at ")
+    assert "(the first at -)" not in line
+    assert line.endswith("; 2 held in paused queues")
 
 
 def test_a_burst_that_leaves_nothing_says_so(db: Path, run: Run) -> None:

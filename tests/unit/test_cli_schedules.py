@@ -33,7 +33,11 @@ def test_add_ls_pause_resume_run_now_remove(run: Run, db: Path) -> None:
     assert row.split()[:6] == ["nightly", "add", "30", "2", "*", "*"]
     assert "Europe/Berlin" in row and "active" in row
     paused = run("schedule", "pause", "nightly")
-    assert (paused.code, paused.out.split(",")[0]) == (0, "schedule nightly: paused")
+    assert (paused.code, paused.out) == (
+        0,
+        "schedule nightly: paused, no fire until it is resumed\n",
+    )  # as ls shows it: no next fire time
+    assert run("schedule", "ls").out.splitlines()[2].split()[9] == "-"
     now = run("schedule", "run-now", "nightly", "--json")
     task_id = json.loads(now.out)["task_id"]
     (info,) = json.loads(run("schedule", "ls", "--json").out)
@@ -43,7 +47,8 @@ def test_add_ls_pause_resume_run_now_remove(run: Run, db: Path) -> None:
         "PENDING",
     )
     assert info["cron"] == "30 2 * * *" and info["args"] == {"a": 1, "b": 2}
-    assert run("schedule", "resume", "nightly").code == 0
+    resumed = run("schedule", "resume", "nightly")
+    assert resumed.code == 0 and resumed.out.startswith("schedule nightly: active, next fire ")
     assert (
         run("schedule", "remove", "nightly").out == "schedule nightly: removed (its tasks stay)\n"
     )
@@ -59,8 +64,12 @@ BAD = [
     (("--cron", "0 7 * * *", "--timezone", "Mars/Base"), "unknown time zone 'Mars/Base'"),
     (("--every", "0s"), "every must be from 1s"),
     (("--every", "-5"), "--every must be a non-negative duration"),
-    (("--every", "5m", "--cron", "* * * * *"), "either cron= or every="),
-    ((), "either cron= or every="),
+    (("--every", "5m", "--cron", "* * * * *"), "needs either --cron or --every"),
+    ((), "needs either --cron or --every"),
+    (
+        ("--every", "5m", "--timezone", "Europe/Berlin"),
+        "--every is elapsed time, the same in every time zone: drop --timezone Europe/Berlin",
+    ),
     (("--every", "5m", "--misfire", "never"), "misfire must be"),
     (("--every", "5m", "--overlap", "sometimes"), "overlap must be"),
     (("--every", "5m", "--priority", "1000"), "priority must be"),

@@ -116,15 +116,14 @@ def test_purge_forgets_workers_gone_for_more_than_a_day(run: Run, db: Path) -> N
 def test_metrics_prints_the_text_format_and_refuses_bad_options(run: Run, db: Path) -> None:
     assert run("migrate").code == 0
     _register(db, _worker("alive-1", timedelta(seconds=1)))
-    printed = run("metrics", "--window", "10m")
+    printed = run("metrics")
     assert printed.code == 0, printed
     lines = printed.out.splitlines()
     assert "durablesched_workers_alive 1.0" in lines
-    assert "durablesched_metrics_window_seconds 600.0" in lines
+    assert "# TYPE durablesched_attempts_total counter" in lines
     assert 'durablesched_tasks{queue="default",state="PENDING"} 0.0' in lines
     for bad, message in [
-        (["--window", "0s"], "--window must be longer than 0s"),
-        (["--window", "soon"], "--window must be a duration"),
+        (["--window", "10m"], "unrecognized arguments: --window"),
         (["--serve", "host:port"], "--serve's port must be a whole number"),
         (["--serve", "70000"], "--serve's port"),
     ]:

@@ -19,6 +19,7 @@ def python_blocks(path: Path) -> list[str]:
 DOCS_WITH_EXAMPLES = {
     "api.md": 5,
     "dashboard.md": 1,
+    "execution.md": 3,
     "metrics.md": 1,
     "queues.md": 1,
     "schedules.md": 5,

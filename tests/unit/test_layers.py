@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "submission",
             "schedules",
             "attempts",
+            "totals",
             "tracing",
         ),
     ),

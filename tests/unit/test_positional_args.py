@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from durablesched import (
+    InvalidTaskArgumentsError,
     InvalidTaskError,
     ManualClock,
     MemoryStore,
@@ -90,6 +91,20 @@ def test_what_cannot_be_stored_or_called_is_refused_at_submit(
     scheduler = _scheduler()
     with pytest.raises(InvalidTaskError, match=message):
         scheduler.submit(name, args, positional=positional)
+    assert scheduler.list_tasks() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "positional"),
+    [({"when": object()}, None), (None, ["a", {1, 2}]), (None, "ab"), ([("a", 1)], None)],
+)
+def test_arguments_json_cannot_hold_are_a_type_error_too(args: Any, positional: Any) -> None:
+    """As ``json.dumps`` (and Django's task API) raise: a TypeError, and still a
+    durablesched InvalidTaskError (a ValueError) for code that catches that."""
+    scheduler = _scheduler()
+    with pytest.raises(InvalidTaskArgumentsError) as raised:
+        scheduler.submit("join", args, positional=positional)
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, InvalidTaskError)
     assert scheduler.list_tasks() == []
 
 

@@ -97,3 +97,9 @@ def cancels_itself(context: TaskContext) -> None:
     running = durable(context)
     running.wait_for_cancel(timeout=30)
     running.raise_if_cancelled()
+
+
+@task()
+def returns_a_set() -> set[int]:
+    """Returns what JSON cannot store: failed at once, though the settings allow two."""
+    return {1, 2}

@@ -9,6 +9,7 @@ store, so a task enqueued in a block that has not committed yet is not found.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -17,12 +18,14 @@ from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
 
 from durablesched.clock import SystemClock
 from durablesched.contrib.django.database import store_for
 from durablesched.contrib.django.discovery import ProjectTasks
 from durablesched.contrib.django.results import task_result
-from durablesched.errors import ConfigurationError, TaskNotFoundError
+from durablesched.errors import ConfigurationError, InvalidTaskArgumentsError, TaskNotFoundError
 from durablesched.records import CancelOutcome
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.scheduler import Scheduler
@@ -33,8 +36,20 @@ R = TypeVar("R")
 
 #: What OPTIONS may hold, and what each is (docs/django.md).
 OPTION_NAMES = ("database", "durability", "retry", "task_modules", "tasks", "timeout")
-#: The keys of OPTIONS["retry"]: RetryPolicy's fields (delays in seconds).
-RETRY_NAMES = ("max_attempts", "initial", "multiplier", "maximum", "jitter")
+#: The keys of OPTIONS["retry"]: RetryPolicy's fields (delays in seconds; exception
+#: classes, or their dotted paths, for retry_on and dont_retry_on).
+RETRY_NAMES = (
+    "max_attempts",
+    "initial",
+    "multiplier",
+    "maximum",
+    "jitter",
+    "retry_on",
+    "dont_retry_on",
+)
+#: A Django task runs once unless the settings ask for more: Django's own backends
+#: never retry, and a task written for them need not be safe to run twice.
+DJANGO_RETRY = replace(DEFAULT_RETRY, max_attempts=1)
 #: What OPTIONS["tasks"][module path] may hold: the task's own retry and timeout.
 TASK_OPTION_NAMES = ("retry", "timeout")
 
@@ -44,10 +59,11 @@ class DurableSchedBackend(BaseTaskBackend):
 
     ``OPTIONS``: ``database`` (the Django database alias, default "default"),
     ``durability`` ("full" or "normal"), ``retry`` (``max_attempts``,
-    ``initial``, ``multiplier``, ``maximum``, ``jitter``: durablesched's
-    :class:`RetryPolicy`, delays in seconds; default 5 attempts from 1 s
-    doubling), ``task_modules`` (modules holding tasks besides each installed
-    app's ``tasks``).
+    ``initial``, ``multiplier``, ``maximum``, ``jitter``, ``retry_on``,
+    ``dont_retry_on``: durablesched's :class:`RetryPolicy`, delays in seconds;
+    default one attempt, as Django's own backends: more only when asked),
+    ``task_modules`` (modules holding tasks besides each installed app's
+    ``tasks``).
     """
 
     supports_defer = True
@@ -71,7 +87,7 @@ class DurableSchedBackend(BaseTaskBackend):
                 f"{', '.join(DURABILITIES)}, got {self.durability!r}"
             )
         where = f"TASKS[{alias!r}]['OPTIONS']"
-        self.retry = _retry_policy(f"{where}['retry']", self.options.get("retry"), DEFAULT_RETRY)
+        self.retry = _retry_policy(f"{where}['retry']", self.options.get("retry"), DJANGO_RETRY)
         self.timeout = _timeout(f"{where}['timeout']", self.options.get("timeout"))
         self.task_options = _task_options(where, self.options.get("tasks"), self)
         self.tasks = ProjectTasks(alias, self.options.get("task_modules", ()))
@@ -100,6 +116,7 @@ class DurableSchedBackend(BaseTaskBackend):
     ) -> TaskResult[P, R]:
         self.validate_task(task)
         self.tasks.check(task)
+        args, kwargs = _normalized(task, args, kwargs)
         scheduler = self.scheduler
         connection = connections[self.database]
         raw = None
@@ -165,6 +182,22 @@ def cancel(result_id: Any, *, backend: str = "default") -> CancelOutcome:
     return chosen.cancel(result_id)
 
 
+def _normalized(
+    task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments as Django's ``TaskResult`` normalises them (tuples as lists, UTF-8
+    ``bytes`` as text), or :class:`InvalidTaskArgumentsError` (a ``TypeError``, as
+    Django's own backends raise) for what JSON cannot hold."""
+    try:
+        positional: list[Any] = [normalize_json(a) for a in args]
+        keywords: dict[str, Any] = {k: normalize_json(v) for k, v in kwargs.items()}
+    except (TypeError, ValueError) as e:
+        raise InvalidTaskArgumentsError(
+            f"the arguments of task {task.module_path!r} must be JSON-serialisable: {e}"
+        ) from None
+    return positional, keywords
+
+
 def _task_id(result_id: Any) -> int:
     """A result id as a task id; TaskResultDoesNotExist for one that cannot be any."""
     text = str(result_id)
@@ -177,6 +210,7 @@ def _task_id(result_id: Any) -> int:
 
 
 def _retry_policy(where: str, options: Any, default: RetryPolicy) -> RetryPolicy:
+    """A retry dict of the settings over ``default``: what it leaves out is the default's."""
     if options is None:
         return default
     if not isinstance(options, dict) or set(options) - set(RETRY_NAMES):
@@ -185,10 +219,22 @@ def _retry_policy(where: str, options: Any, default: RetryPolicy) -> RetryPolicy
     for name in ("initial", "maximum"):
         if name in values:
             values[name] = timedelta(seconds=values[name])
+    for name in ("retry_on", "dont_retry_on"):
+        if name in values:
+            try:
+                values[name] = _exception_classes(values[name])
+            except ImportError as e:
+                raise InvalidTaskBackend(f"{where}['{name}']: {e}") from None
     try:
-        return RetryPolicy(**values)
+        return replace(default, **values)
     except (ConfigurationError, TypeError) as e:
         raise InvalidTaskBackend(f"{where}: {e}") from None
+
+
+def _exception_classes(value: Any) -> Any:
+    """Exception classes as settings name them: classes, or dotted paths to import."""
+    many = value if isinstance(value, list | tuple) else [value]
+    return tuple(import_string(v) if isinstance(v, str) else v for v in many)
 
 
 def _timeout(where: str, value: Any) -> float | None:

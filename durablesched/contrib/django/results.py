@@ -59,8 +59,9 @@ def task_result(
         for i, a in enumerate(failures)
     ]
     positional, keywords = call_args(record.args)
+    enqueued = as_enqueued(task, record.priority, record.queue, backend)
     result = TaskResult(
-        task=as_enqueued(task, record.priority, record.queue, backend),
+        task=deferred(enqueued, _run_after(record, history)),
         id=str(record.id),
         status=status,
         enqueued_at=record.created_at,
@@ -85,8 +86,10 @@ def first_claim_result(task: Task[..., Any], claim: Claim, backend: str) -> Task
     if claim.fence != 1 or claim.created_at is None or claim.claimed_at is None:
         raise ValueError(f"task {claim.task_id}: claim {claim.fence} is not a first claim")
     positional, keywords = call_args(claim.args)
+    # A first claim: nothing has moved its due time yet.
+    run_after = claim.due_at if claim.due_at > claim.created_at else None
     return TaskResult(
-        task=task,
+        task=deferred(task, run_after),
         id=str(claim.task_id),
         status=TaskResultStatus.RUNNING,
         enqueued_at=claim.created_at,
@@ -143,6 +146,25 @@ def as_enqueued(task: Task[..., Any], priority: int, queue: str, backend: str) -
     with contextlib.suppress(InvalidTask):
         return task.using(priority=priority, queue_name=queue)
     return task
+
+
+def deferred(task: Task[..., Any], run_after: datetime | None) -> Task[..., Any]:
+    """``task`` with the ``run_after`` it was enqueued with (None: it was not deferred)."""
+    if run_after is None or task.run_after == run_after:
+        return task
+    with contextlib.suppress(InvalidTask):
+        return task.using(run_after=run_after)
+    return task
+
+
+def _run_after(record: TaskRecord, history: list[TaskEvent]) -> datetime | None:
+    """The ``run_after`` a task was enqueued with: its due time if that is after its
+    enqueue (a run_after in the past ran at once, as one never deferred), unless a retry
+    or a requeue has moved it since (then no longer known: None)."""
+    if record.due_at <= record.created_at:
+        return None
+    moved = any(e.state is TaskState.RETRY_WAIT or e.detail == "requeued" for e in history)
+    return None if moved else record.due_at
 
 
 def _task_error(error: ErrorInfo | None) -> TaskError | None:

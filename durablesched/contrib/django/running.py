@@ -30,7 +30,7 @@ from django.utils.json import normalize_json
 from durablesched.context import TaskContext as DurableContext
 from durablesched.contrib.django.backend import DurableSchedBackend
 from durablesched.contrib.django.results import as_enqueued, finished_result, first_claim_result
-from durablesched.errors import InvalidTaskError
+from durablesched.errors import InvalidTaskError, NoRetry
 from durablesched.records import Claim, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
@@ -127,7 +127,14 @@ class DjangoTasks:
                         _RUNNING.reset(token)
                 else:
                     value = task.call(*args, **kwargs)
-                return normalize_json(value)
+                try:
+                    return normalize_json(value)
+                except (TypeError, ValueError) as e:
+                    # Its body ran: a retry would repeat its effects to return the same.
+                    raise NoRetry(
+                        f"the result of task {task.module_path!r} must be JSON-serialisable: "
+                        f"{e} (failed at once, not retried)"
+                    ) from None
             finally:
                 close_old_connections()
 

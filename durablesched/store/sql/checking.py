@@ -19,8 +19,7 @@ from durablesched.store.sql.scheduling import SQL_OVERDUE
 from durablesched.store.sql.statements import (
     SQL_EXPIRED_COUNT,
     SQL_EXPIRED_IDS,
-    SQL_UNCLAIMED_COUNT,
-    SQL_UNCLAIMED_IDS,
+    sql_unclaimed,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -58,7 +57,9 @@ def check(tx: Transactions, now: datetime, overdue_after: timedelta) -> HealthRe
             schema = _schema(conn, revision, head)
             findings.extend(schema)
             if revision is not None:
-                findings.extend(_tasks(conn, tx.dialect.time, now, overdue_after))
+                # a schema older than queues has no paused queue to leave out
+                queues = revision == head
+                findings.extend(_tasks(conn, tx.dialect.time, now, overdue_after, queues))
             if revision == head:  # an older schema may have no schedules table
                 findings.extend(_schedules(conn, tx.dialect.time, now, overdue_after))
     except StoreError as e:
@@ -97,7 +98,11 @@ def _schema(conn: Connection, revision: str | None, head: str) -> list[Finding]:
 
 
 def _tasks(
-    conn: Connection, t: Callable[[datetime], object], now: datetime, overdue_after: timedelta
+    conn: Connection,
+    t: Callable[[datetime], object],
+    now: datetime,
+    overdue_after: timedelta,
+    queues: bool,
 ) -> list[Finding]:
     findings: list[Finding] = []
     expired = conn.execute(SQL_EXPIRED_COUNT, {"now": t(now)}).one()
@@ -109,9 +114,10 @@ def _tasks(
             )
         )
     before = t(now - overdue_after)
-    overdue = conn.execute(SQL_UNCLAIMED_COUNT, {"before": before}).one()
+    count_sql, ids_sql = sql_unclaimed(paused_queues=queues)
+    overdue = conn.execute(count_sql, {"before": before}).one()
     if overdue.n:
-        ids = conn.execute(SQL_UNCLAIMED_IDS, {"before": before, "limit": FINDING_IDS}).scalars()
+        ids = conn.execute(ids_sql, {"before": before, "limit": FINDING_IDS}).scalars()
         findings.append(
             Finding.overdue(
                 int(overdue.n),

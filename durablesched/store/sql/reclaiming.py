@@ -16,7 +16,9 @@ from durablesched.states import TERMINAL, TaskState
 from durablesched.store.protocol import RetryDelay
 from durablesched.store.sql.codec import error_json, from_db_time
 from durablesched.store.sql.statements import SQL_ANY_EXPIRED, SQL_EXPIRED, SQL_RECLAIM
+from durablesched.store.sql.totals import add_totals
 from durablesched.store.sql.transactions import Transactions
+from durablesched.totals import NO_DURATION, Tally, add
 
 log = logging.getLogger("durablesched.store")
 
@@ -32,6 +34,7 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
         if conn.execute(SQL_ANY_EXPIRED, {"now": stamp}).first() is None:
             return []
     reclaimed: list[Reclaimed] = []
+    tallies: dict[str, Tally] = {}  # by the lost owner: each adds to its own shard
     with tx._write("reclaiming expired leases") as conn:
         if tx.lock_settling():
             # The write lock was held a long while (by anyone, even outside the
@@ -71,5 +74,9 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
                 failed = state is not TaskState.CANCELLED  # the attempt failed: say why
                 tx._event(conn, r.id, now, state, r.attempts, detail, error if failed else None)
                 reclaimed.append(Reclaimed(r.id, r.name, r.attempts, r.lease_owner, state))
+                tally = tallies.setdefault(r.lease_owner, {})
+                add(tally, (r.queue, r.name, "reclaimed", NO_DURATION), 0)
+        for owner in sorted(tallies):
+            add_totals(conn, tallies[owner], owner)
         tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL))
     return reclaimed

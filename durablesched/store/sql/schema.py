@@ -294,3 +294,20 @@ workers = Table(
     CheckConstraint("concurrency >= 1", name="ck_workers_concurrency"),
     CheckConstraint("lease_seconds > 0", name="ck_workers_lease"),
 )
+
+# -- attempt totals (docs/metrics.md) ------------------------------------------------------------
+
+#: Ended attempts, counted in the transaction that records each outcome: monotonic totals
+#: per queue, task name, outcome and duration bucket (``durablesched.totals``), each key
+#: spread over a few ``shard`` rows so that concurrent writers rarely share one.
+attempt_totals = Table(
+    "durablesched_attempt_totals",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("outcome", Text, primary_key=True),
+    Column("bucket", Integer, primary_key=True),
+    Column("shard", Integer, primary_key=True),
+    Column("attempts", Id, nullable=False),
+    Column("duration_us", Id, nullable=False),
+)

@@ -230,7 +230,7 @@ SQL_EXTEND_LEASE = text(
 )
 #: Every RUNNING task whose lease expired at or before ``:now``.
 SQL_EXPIRED = text(
-    "SELECT id, name, attempts, max_attempts, lease_owner, lease_expires_at, "
+    "SELECT id, name, queue, attempts, max_attempts, lease_owner, lease_expires_at, "
     "cancel_requested_at, fence FROM tasks "
     "WHERE state = 'RUNNING' AND lease_expires_at <= :now ORDER BY id"
 )
@@ -310,15 +310,19 @@ SQL_KEY_HELD_BY_OTHER = text(
 )
 #: How many tasks are in each state.
 SQL_COUNT_BY_STATE = text("SELECT state, count(*) AS n FROM tasks GROUP BY state ORDER BY state")
+#: A claimable task whose queue is not paused: a task a paused queue holds back waits by
+#: the operator's choice, so it is never overdue (``check``, ``stats``).
+NOT_PAUSED_SQL = "queue NOT IN (SELECT name FROM durablesched_queues WHERE paused != 0)"
 #: The claimable task that has waited longest past its due time.
 SQL_OLDEST_OVERDUE = text(
     f"SELECT id, name, due_at FROM tasks WHERE {CLAIMABLE_SQL} AND due_at <= :now "
-    "ORDER BY due_at, seq LIMIT 1"
+    f"AND {NOT_PAUSED_SQL} ORDER BY due_at, seq LIMIT 1"
 )
 #: Overdue claimable tasks per name, with the oldest due time.
 SQL_OVERDUE_BY_NAME = text(
     f"SELECT name, count(*) AS n, min(due_at) AS oldest FROM tasks "
-    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now GROUP BY name ORDER BY oldest"
+    f"WHERE {CLAIMABLE_SQL} AND due_at <= :now AND {NOT_PAUSED_SQL} "
+    "GROUP BY name ORDER BY oldest"
 )
 #: Every running task with its lease, soonest expiry first.
 SQL_RUNNING = text(
@@ -502,16 +506,20 @@ SQL_EXPIRED_IDS = text(
     "SELECT id FROM tasks WHERE state = 'RUNNING' AND lease_expires_at <= :now "
     "ORDER BY lease_expires_at, id LIMIT :limit"
 )
-#: How many claimable tasks were due before ``:before`` and are still unclaimed.
-SQL_UNCLAIMED_COUNT = text(
-    f"SELECT count(*) AS n, min(due_at) AS oldest FROM tasks WHERE {CLAIMABLE_SQL} "
-    "AND due_at < :before"
-)
-#: The first ``:limit`` of them, in claim order.
-SQL_UNCLAIMED_IDS = text(
-    f"SELECT id FROM tasks WHERE {CLAIMABLE_SQL} AND due_at < :before "
-    "ORDER BY due_at, seq LIMIT :limit"
-)
+
+
+def sql_unclaimed(paused_queues: bool) -> tuple[TextClause, TextClause]:
+    """How many claimable tasks were due before ``:before`` and are still unclaimed (with the
+    oldest due time), and the first ``:limit`` of their ids in claim order. A paused queue's
+    tasks are left out (``paused_queues``) on a schema that has queues: they are not late."""
+    where = f"{CLAIMABLE_SQL} AND due_at < :before"
+    if paused_queues:
+        where += f" AND {NOT_PAUSED_SQL}"
+    return (
+        text(f"SELECT count(*) AS n, min(due_at) AS oldest FROM tasks WHERE {where}"),
+        text(f"SELECT id FROM tasks WHERE {where} ORDER BY due_at, seq LIMIT :limit"),
+    )
+
 
 # -- moving live tasks from one database to another ----------------------------------------------
 

@@ -98,8 +98,11 @@ from durablesched.store.sql.statements import (
     sql_list_tasks,
 )
 from durablesched.store.sql.submitting import insert
+from durablesched.store.sql.totals import add_totals, read_totals
 from durablesched.store.sql.transactions import Transactions
 from durablesched.store.sql.translate import translated
+from durablesched.totals import AttemptTotal, Tally
+from durablesched.totals import ended as add_ended
 
 log = logging.getLogger("durablesched.store")
 
@@ -333,8 +336,10 @@ class SQLStore(Transactions):
         """
         outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
         with self._write(f"recording the success of task {claim.task_id}") as conn:
-            if record_success(self, conn, outcome, now) is None:
+            state = record_success(self, conn, outcome, now)
+            if state is None:
                 return False
+            self._add_totals(conn, [(claim, state)], now)
             self._tell_finished(conn, (claim.task_id,))
             return True
 
@@ -346,6 +351,7 @@ class SQLStore(Transactions):
         tests. Returns the new state, or None if the claim is not valid."""
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
             state = record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
+            self._add_totals(conn, [(claim, state)], now)
             if state in TERMINAL:
                 self._tell_finished(conn, (claim.task_id,))
             return state
@@ -356,6 +362,7 @@ class SQLStore(Transactions):
         with self._write(f"cancelling task {claim.task_id}") as conn:
             if record_cancel(self, conn, claim, now, detail) is None:
                 return False
+            self._add_totals(conn, [(claim, TaskState.CANCELLED)], now)
             self._tell_finished(conn, (claim.task_id,))
             return True
 
@@ -379,6 +386,9 @@ class SQLStore(Transactions):
         steps = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
+            self._add_totals(
+                conn, [(o.claim, r) for o, r in zip(outcomes, results, strict=True)], now
+            )
             self._tell_finished(
                 conn,
                 (
@@ -403,6 +413,23 @@ class SQLStore(Transactions):
                 else []
             )
         return results, claims_from_rows(rows, owner, now, lease)
+
+    def _add_totals(
+        self, conn: Connection, ended: Sequence[tuple[Claim, object]], now: datetime
+    ) -> None:
+        """Count each attempt an outcome ended (a state: it was recorded) in the totals,
+        in this transaction, on the shard of each claim's owner."""
+        by_owner: dict[str, Tally] = {}
+        for claim, state in ended:
+            add_ended(by_owner.setdefault(claim.owner, {}), claim, state, now)
+        for owner in sorted(by_owner):
+            add_totals(conn, by_owner[owner], owner)
+
+    def attempt_totals(self) -> list[AttemptTotal]:
+        """Every ended attempt so far, per queue, task name, outcome and duration bucket
+        (:mod:`durablesched.totals`): what the metrics' counters read."""
+        with self._read("reading the attempt totals") as conn:
+            return read_totals(conn)
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0

@@ -7,6 +7,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "example-only"  # noqa: S105 - an example project's
 DEBUG = True  # Django logs each task's start and finish to the console in DEBUG
 USE_TZ = True
+# The worker logs in this zone, as the durablesched CLI does in UTC: set it, or Django's
+# default (America/Chicago) puts its lines six hours away from everything else.
+TIME_ZONE = "UTC"
 INSTALLED_APPS = ["durablesched.contrib.django", "orders"]
 DATABASES = {
     "default": {
