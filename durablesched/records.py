@@ -233,6 +233,10 @@ class Claim:
     #: When this claim was made: the time of its RUNNING history line, the attempt's
     #: start (``AttemptInfo.started_at``); every store sets it.
     claimed_at: datetime | None = None
+    #: When its attempt started: ``claimed_at`` for a claim into a free slot; None for
+    #: one claimed ahead (``ahead=``), waiting in its worker, until the worker starts it
+    #: (the claim it runs under then carries the time).
+    started_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:

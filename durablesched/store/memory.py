@@ -198,34 +198,79 @@ class MemoryStore:
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
-        claims: list[Claim] = []
         with self._lock:
             self._promote(now)
-            allowed = self._allowances(limit, now, queues)
-            skipped: dict[str, list[_ReadyEntry]] = {}
-            while len(claims) < limit:
-                heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
-                if not heads:
-                    break
-                entry, queue = min(heads)
-                heapq.heappop(self._ready[queue])
-                task = self._live_ready(entry)
-                if task is None:
-                    self._stale -= 1
-                    continue
-                if (names is not None and task.name not in names) or task.due_at > now:
-                    # Another name, or made ready by a claim at a later time (its caller
-                    # read the clock after this one's): not due at this claim's time.
-                    skipped.setdefault(queue, []).append(entry)
-                    continue
-                allowed[queue] -= 1
-                if queue in self._starts:
-                    self._starts[queue].append(now)
-                claims.append(self._start(task, owner, now, lease, task.name in process_names))
-            for queue, entries in skipped.items():
-                for entry in entries:
-                    heapq.heappush(self._ready[queue], entry)
+            claims = self._claim_some(
+                owner,
+                limit,
+                now,
+                lease,
+                self._allowances(limit, now, queues),
+                names=names,
+                process_names=process_names,
+            )
+            if ahead > 0:
+                # Waiting in the worker: never from a limited queue, whose concurrency
+                # or rate window would count it from its claim, not its start.
+                wanted = self._allowances(
+                    ahead, now, None if queues is None else {q: ahead for q in queues}
+                )
+                unlimited = {
+                    q: n
+                    for q, n in wanted.items()
+                    if q not in self._queues or not self._queues[q].limited
+                }
+                claims += self._claim_some(
+                    owner,
+                    ahead,
+                    now,
+                    lease,
+                    unlimited,
+                    names=names,
+                    process_names=process_names,
+                    started=False,
+                )
+        return claims
+
+    def _claim_some(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        allowed: dict[str, int],
+        *,
+        names: Collection[str] | None,
+        process_names: Collection[str],
+        started: bool = True,
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        skipped: dict[str, list[_ReadyEntry]] = {}
+        while len(claims) < limit:
+            heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
+            if not heads:
+                break
+            entry, queue = min(heads)
+            heapq.heappop(self._ready[queue])
+            task = self._live_ready(entry)
+            if task is None:
+                self._stale -= 1
+                continue
+            if (names is not None and task.name not in names) or task.due_at > now:
+                # Another name, or made ready by a claim at a later time (its caller
+                # read the clock after this one's): not due at this claim's time.
+                skipped.setdefault(queue, []).append(entry)
+                continue
+            allowed[queue] -= 1
+            if queue in self._starts:
+                self._starts[queue].append(now)
+            claim = self._start(task, owner, now, lease, task.name in process_names)
+            claims.append(claim if started else replace(claim, started_at=None))
+        for queue, entries in skipped.items():
+            for entry in entries:
+                heapq.heappush(self._ready[queue], entry)
         return claims
 
     def heartbeat(
@@ -317,6 +362,7 @@ class MemoryStore:
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         results: list[OutcomeResult] = [None] * len(outcomes)
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
@@ -325,8 +371,17 @@ class MemoryStore:
             except (InvalidTransitionError, UnsupportedOperationError) as e:
                 results[index] = e
         claims = (
-            self.claim(owner, limit, now, lease, names, process_names=process_names, queues=queues)
-            if limit > 0
+            self.claim(
+                owner,
+                limit,
+                now,
+                lease,
+                names,
+                process_names=process_names,
+                queues=queues,
+                ahead=ahead,
+            )
+            if limit > 0 or ahead > 0
             else []
         )
         return results, claims
@@ -997,6 +1052,7 @@ class MemoryStore:
             priority=task.priority,
             created_at=task.created_at,
             claimed_at=now,
+            started_at=now,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:

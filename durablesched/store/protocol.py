@@ -251,6 +251,7 @@ class Store(ScheduleStore, Protocol):
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
         """Claim up to ``limit`` claimable tasks due at ``now``, best first: (priority desc,
         due_at, seq), across the queues claimed from.
@@ -266,7 +267,13 @@ class Store(ScheduleStore, Protocol):
         ``process_names`` are marked as running in a child process (their
         cancellation is enforced); the others as running in a thread. Each claim
         carries its task's queue, priority and ``created_at``, and ``claimed_at =
-        now``, the time of the RUNNING line its claim writes in the history.
+        now``, the time of the RUNNING line its claim writes in the history, and
+        ``started_at = now``.
+
+        With ``ahead``, up to ``ahead`` more tasks after those, in the same step and
+        order, only from queues with no stored limit (no concurrency, no rate, not
+        paused), and within ``queues`` if given (up to ``ahead`` of each): claimed
+        ahead, to wait in the worker for a slot, with ``started_at`` None.
         """
         ...
 
@@ -300,6 +307,7 @@ class Store(ScheduleStore, Protocol):
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 

@@ -23,6 +23,7 @@ from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.tracing import end_attempt, outcome_of
+from durablesched.worker.ahead import Ahead, Room
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots, free_slots
@@ -57,8 +58,10 @@ class GroupCommit:
         wakeup: threading.Event,
         trouble: StoreTrouble,
         after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
+        ahead: Ahead | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._ahead = ahead
         self._after_commit = after_commit
         self._registry = registry
         self._slots = slots
@@ -80,17 +83,32 @@ class GroupCommit:
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self.looping = False
+        #: True while a committer thread leads every group commit (the worker claims
+        #: ahead): a task thread hands its outcome over and goes on at once.
+        self.detached = False
+        #: Notified when an outcome is handed over (the committer waits on it).
+        self.changed = slots.changed
+
+    @property
+    def pending(self) -> bool:
+        """Outcomes wait to be recorded (read with the slots' lock held)."""
+        return bool(self._pending)
 
     def hand_over(self, running: Running, outcome: Outcome) -> None:
         """On a task thread: leave the outcome for the next commit; lead that if none is."""
         running.ended = True
+        if self._ahead is not None:
+            self._ahead.ended(time.monotonic() - running.started)
         with self._changed:
             self._pending.append((running, outcome))
+            if self.detached:
+                self._changed.notify_all()  # the committer records it
+                return
             if len(self._pending) >= len(self._active):
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self.drain()
 
-    def drain(self) -> None:
+    def drain(self) -> bool:
         """Group commit: whichever thread gets here first records everything pending.
 
         Others just leave their outcome in the list and go; the leader loops
@@ -100,16 +118,16 @@ class GroupCommit:
         while True:
             with self._lock:
                 if not self._pending:
-                    return
+                    return True
             if not self._flush_lock.acquire(blocking=False):
-                return  # the leader will see what we left
+                return True  # the leader will see what we left
             try:
                 batch = self._gather()
                 recorded = self._flush(batch) if batch else True
             finally:
                 self._flush_lock.release()
             if not recorded:
-                return
+                return False
 
     def settled(self) -> bool:
         """Nothing is waiting to be recorded, or being recorded, and the last try worked:
@@ -123,7 +141,7 @@ class GroupCommit:
         still running here, so that short tasks share one commit (and one fsync)."""
         deadline = time.monotonic() + self._options.commit_delay
         with self._changed:
-            while len(self._pending) < len(self._active):
+            while len(self._pending) < self._slots.started():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -133,13 +151,33 @@ class GroupCommit:
 
     def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
-        limit, queues = 0, None
+        limit, queues, room = 0, None, None
         if self.looping and not self._stopping.is_set():
-            finishing = {id(running) for running, _ in batch}
-            with self._lock:
-                staying = [r for r in self._active.values() if id(r) not in finishing]
-            limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
+            finishing = frozenset(id(running) for running, _ in batch)
+            if self._ahead is not None:
+                # Reserved: the claim loop cannot claim into the same room meanwhile.
+                room = self._ahead.reserve(leaving=finishing)
+                limit, queues = room.limit, room.queues
+            else:
+                with self._lock:
+                    staying = [r for r in self._active.values() if id(r) not in finishing]
+                limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
+        try:
+            return self._record(batch, limit, queues, room)
+        finally:
+            if room is not None and self._ahead is not None:
+                self._ahead.settle(room)
+
+    def _record(
+        self,
+        batch: list[tuple[Running, Outcome]],
+        limit: int,
+        queues: dict[str, int] | None,
+        room: Room | None,
+    ) -> bool:
         now = self._scheduler.clock.now()
+        if room is not None and queues is not None and self._options.queues is not None:
+            queues = {q: queues.get(q, 0) for q in self._options.queues}
         try:
             results, claims = self._scheduler.store.record_and_claim(
                 [outcome for _, outcome in batch],
@@ -150,6 +188,7 @@ class GroupCommit:
                 names=self._attempts.claim_names(),
                 process_names=self._attempts.process_names(),
                 queues=queues,
+                ahead=0 if room is None else room.ahead,
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
@@ -186,10 +225,17 @@ class GroupCommit:
         # Only now, and only if a slot is still free: with the freed slots filled
         # again, the claim loop has nothing to do, and waking it would take the
         # interpreter from the running tasks for a pass that claims nothing.
-        if len(self._active) < self._options.concurrency or self._stopping.is_set():
+        if self._free() or self._stopping.is_set():
             self._wakeup.set()
             self._watch.nudge_if_free()
         return True
+
+    def _free(self) -> bool:
+        """A slot is free here: nothing holds it, nor waits for it."""
+        with self._lock:
+            if self._ahead is None:
+                return len(self._active) < self._options.concurrency
+            return sum(1 for r in self._active.values() if not r.ended) < self._options.concurrency
 
     def _tell(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:
         """The ``after_commit`` hook, whose failure is logged: the outcome stands."""

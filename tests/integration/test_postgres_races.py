@@ -24,7 +24,6 @@ from durablesched.records import Claim, NewTask
 from durablesched.schedules import firing, sync
 from durablesched.schedules.declaration import schedule
 from durablesched.store.sql import claiming, scheduling
-from durablesched.store.sql import store as sql_store
 from durablesched.store.sql.postgres import PostgresStore
 
 from ..conftest import T0, WAIT, at
@@ -115,14 +114,14 @@ def test_concurrent_claims_skip_each_others_rows_and_never_claim_one_twice(
     a, b = stores
     ids = [s.task_id for s in a.submit([NewTask("t", {}, at(10), 3, None)] * 4, T0)]
     gate = Gate()
-    claim_rows = claiming.claim_rows  # as store.py imported it
+    claim_rows = claiming.claim_rows  # as claim_with_ahead calls it
 
     def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
         rows = claim_rows(*args, **kwargs)
         gate()  # the first claim's rows are locked, its transaction still open
         return rows
 
-    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
     first = Run(lambda: a.claim("a", 2, at(10), LEASE))
     assert gate.reached.wait(WAIT)
     second = Run(lambda: b.claim("b", 2, at(10), LEASE))

@@ -578,6 +578,7 @@ class StoresAgree(RuleBasedStateMachine):
         in_process=st.sampled_from([(), ("a",), ("a", "c")]),
         queues=st.sampled_from(QUEUE_ASKS),
         behind=st.sampled_from([0, 0, 0, 1, 5, 12]),
+        ahead=st.sampled_from([0, 0, 1, 3]),
     )
     def claim(  # noqa: PLR0917 - one rule's drawn arguments
         self,
@@ -587,6 +588,7 @@ class StoresAgree(RuleBasedStateMachine):
         in_process: tuple[str, ...],
         queues: dict[str, int] | None,
         behind: int,
+        ahead: int,
     ) -> None:
         """A claim at the clock's time, or seconds behind it: a worker that read its
         clock and then waited for the write lock while others claimed (the rate
@@ -595,9 +597,17 @@ class StoresAgree(RuleBasedStateMachine):
         now = self.now() - timedelta(seconds=behind)
         running = self.running_by_queue()
         claims = self.both(
-            "claim", owner, limit, now, LEASE, names, process_names=in_process, queues=queues
+            "claim",
+            owner,
+            limit,
+            now,
+            LEASE,
+            names,
+            process_names=in_process,
+            queues=queues,
+            ahead=ahead,
         )
-        self.check_claims(claims, limit, names, queues, running, now=now)
+        self.check_claims(claims, limit, names, queues, running, now=now, ahead=ahead)
 
     def running_by_queue(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -614,13 +624,26 @@ class StoresAgree(RuleBasedStateMachine):
         running: dict[str, int] | None = None,
         *,
         now: datetime | None = None,
+        ahead: int = 0,
     ) -> None:
         now = now or self.now()
         tasks = {t.id: t for t in self.memory.list_tasks(limit=1_000_000)}
+        limits = {q.name: q for q in self.memory.queue_limits()}
+        waiting = [c for c in claims if c.started_at is None]
+        assert claims[len(claims) - len(waiting) :] == waiting, "a claim ahead before a start"
+        assert len(waiting) <= ahead, "more claimed ahead than asked"
+        for c in waiting:
+            assert not limits[c.queue].limited, "claimed ahead from a limited queue"
+            if queues is not None:
+                assert c.queue in queues, "claimed ahead from a queue not asked"
+        ahead_keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in waiting]
+        assert ahead_keys == sorted(ahead_keys), "claims ahead out of order"
+        self.held.extend(waiting)
+        claims = claims[: len(claims) - len(waiting)]
+        assert all(c.started_at == c.claimed_at for c in claims), "a started claim's start"
         keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in claims]
         assert keys == sorted(keys), "claims out of (priority desc, due_at, seq) order"
         assert len(claims) <= limit
-        limits = {q.name: q for q in self.memory.queue_limits()}
         taken: dict[str, int] = {}
         for c in claims:
             assert c.due_at <= now, "claimed before its due time"
@@ -803,6 +826,7 @@ class StoresAgree(RuleBasedStateMachine):
             "names": names,
             "process_names": in_process,
             "queues": queues,
+            "ahead": data.draw(st.sampled_from([0, 0, 2]), label="ahead"),
         }
         model_results, model_claims = self.memory.record_and_claim(model_outcomes, now, **extra)
         sql_results, sql_claims = self.sql.record_and_claim(outcomes, now, **extra)
@@ -819,7 +843,7 @@ class StoresAgree(RuleBasedStateMachine):
                 ran.append(claim.task_id)
         self.effects.extend(sorted(ran))
         assert model_claims == sql_claims
-        self.check_claims(model_claims, limit, names, queues)
+        self.check_claims(model_claims, limit, names, queues, ahead=extra["ahead"])
 
     def valid_at_turn(self, outcomes: Sequence[Outcome], kinds: Sequence[str]) -> list[bool]:
         """Whether each outcome's claim is valid when its turn comes (task id order), and

@@ -40,18 +40,24 @@ def claim_rows(
     names: Collection[str] | None,
     process_names: Collection[str] = (),
     queues: Mapping[str, int] | None = None,
+    unlimited_only: bool = False,
 ) -> list[Any]:
     """Claim in ``conn``'s transaction; the rows for :func:`claims_from_rows`, to be made into
     claims after it commits.
 
     Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
     ``queues``), ``limit`` in all, each queue within the limits stored for it.
+    With ``unlimited_only`` (a claim ahead), only from queues with no stored limit.
     """
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
     stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.driver(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
+    if unlimited_only:
+        # A claim ahead waits in the worker: a limited queue's concurrency or rate
+        # window would count it from its claim, not from its start.
+        wanted = {q: n for q, n in wanted.items() if q not in stored or not stored[q].limited}
     allowed = _allowances(tx, conn, stored, wanted, now)
     arms = [(q, min(n, limit)) for q, n in sorted(allowed.items()) if n > 0]
     if not arms:
@@ -87,6 +93,55 @@ def claim_rows(
             [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
+
+
+def claim_with_ahead(
+    tx: Transactions,
+    conn: Connection,
+    *,
+    owner: str,
+    limit: int,
+    ahead: int,
+    now: datetime,
+    lease: timedelta,
+    names: Collection[str] | None,
+    process_names: Collection[str] = (),
+    queues: Mapping[str, int] | None = None,
+) -> tuple[list[Any], list[Any]]:
+    """The claim into ``limit`` free slots, then up to ``ahead`` more to wait in the worker
+    (from queues with no stored limit only), in ``conn``'s transaction: the two row lists."""
+    rows = (
+        claim_rows(
+            tx,
+            conn,
+            owner=owner,
+            limit=limit,
+            now=now,
+            lease=lease,
+            names=names,
+            process_names=process_names,
+            queues=queues,
+        )
+        if limit > 0
+        else []
+    )
+    waiting = (
+        claim_rows(
+            tx,
+            conn,
+            owner=owner,
+            limit=ahead,
+            now=now,
+            lease=lease,
+            names=names,
+            process_names=process_names,
+            queues=None if queues is None else {q: ahead for q in queues},
+            unlimited_only=True,
+        )
+        if ahead > 0
+        else []
+    )
+    return rows, waiting
 
 
 def queue_limits(row: Any) -> QueueLimits:
@@ -137,9 +192,12 @@ def _allowances(
     return allowed
 
 
-def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelta) -> list[Claim]:
+def claims_from_rows(
+    rows: list[Any], owner: str, now: datetime, lease: timedelta, *, started: bool = True
+) -> list[Claim]:
     """Claims from the rows :func:`claim_rows` returned, best first: (priority desc,
-    due_at, seq), the order they were chosen in and should start in."""
+    due_at, seq), the order they were chosen in and should start in; claimed ahead
+    (not ``started``), their ``started_at`` is None."""
     rows.sort(key=lambda r: (-r[10], r[7], r[1]))  # times compare as stored
     expires = now + lease
     # Tasks submitted together share a due time and a submission time.
@@ -177,6 +235,7 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
                 priority=priority,
                 created_at=created,
                 claimed_at=now,
+                started_at=now if started else None,
             )
         )
     return result

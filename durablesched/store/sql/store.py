@@ -68,7 +68,7 @@ from durablesched.store.sql import (
     workers,
 )
 from durablesched.store.sql.borrowed import borrow
-from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
+from durablesched.store.sql.claiming import claim_with_ahead, claims_from_rows, queue_limits
 from durablesched.store.sql.codec import dump, error_from_json, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
@@ -249,22 +249,26 @@ class SQLStore(Transactions):
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
-        if limit <= 0:
+        if limit <= 0 and ahead <= 0:
             return []
         with self._write("claiming tasks") as conn:
-            rows = claim_rows(
+            rows, waiting = claim_with_ahead(
                 self,
                 conn,
                 owner=owner,
                 limit=limit,
+                ahead=ahead,
                 now=now,
                 lease=lease,
                 names=names,
                 process_names=process_names,
                 queues=queues,
             )
-        return claims_from_rows(rows, owner, now, lease)
+        return claims_from_rows(rows, owner, now, lease) + claims_from_rows(
+            waiting, owner, now, lease, started=False
+        )
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -377,6 +381,7 @@ class SQLStore(Transactions):
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Group commit: every outcome, then a claim into the freed slots, in one transaction.
 
@@ -397,22 +402,21 @@ class SQLStore(Transactions):
                     if state in TERMINAL
                 ),
             )
-            rows = (
-                claim_rows(
-                    self,
-                    conn,
-                    owner=owner,
-                    limit=limit,
-                    now=now,
-                    lease=lease,
-                    names=names,
-                    process_names=process_names,
-                    queues=queues,
-                )
-                if limit > 0
-                else []
+            rows, waiting = claim_with_ahead(
+                self,
+                conn,
+                owner=owner,
+                limit=limit,
+                ahead=ahead,
+                now=now,
+                lease=lease,
+                names=names,
+                process_names=process_names,
+                queues=queues,
             )
-        return results, claims_from_rows(rows, owner, now, lease)
+        return results, claims_from_rows(rows, owner, now, lease) + claims_from_rows(
+            waiting, owner, now, lease, started=False
+        )
 
     def _add_totals(
         self, conn: Connection, ended: Sequence[tuple[Claim, object]], now: datetime
