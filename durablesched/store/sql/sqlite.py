@@ -457,8 +457,10 @@ class SQLiteStore(SQLStore):
         return FinishedLines(self.engine, self.watch_changes())
 
 
-#: The history's newest line (``FinishedLines``).
-NEWEST_LINE = "SELECT max(id) FROM task_events"
+#: The history's newest line and its task (``FinishedLines``).
+NEWEST_LINE = "SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1"
+#: The task of line ``?``, if the line is still there.
+LINE_TASK = "SELECT task_id FROM task_events WHERE id = ?"
 #: The tasks that finished in lines ``(?, ?]``, through the history's primary key.
 FINISHING_LINES = f"SELECT task_id FROM task_events WHERE id > ? AND id <= ? AND {TERMINAL_SQL}"
 
@@ -467,9 +469,11 @@ class FinishedLines:
     """SQLite's :class:`~durablesched.store.protocol.FinishWatcher`: after each commit
     the change watcher sees, the history's lines since the last look that finished a
     task (one range of the primary key: a look costs what was written, however many
-    handles wait). One writer at a time makes line ids grow in commit order; if the
-    newest lines were deleted (a purge, a deleted task) ids can be reused below the
-    last look, so then every waited task is read (``None``) and the look starts over.
+    handles wait). One writer at a time makes line ids grow in commit order. A line
+    id can be given again once the newest lines are deleted (a deleted or purged
+    task's): the look checks that the line it ended at is still the one it read
+    (line ids are reused, task ids never are), and if not says that any task may
+    have finished (``None``: every waited task is read).
 
     If the change watcher fails, it says so once (logged) and stops; the waiting
     handles then read at their bounded fallback interval.
@@ -478,26 +482,33 @@ class FinishedLines:
     def __init__(self, engine: Engine, watcher: DataVersionWatcher) -> None:
         self._watcher = watcher
         self._conn = engine.raw_connection()
-        self._last = self._newest()
+        #: The newest line at the last look, and its task; (0, None): none.
+        self._last: tuple[int, int | None] = self._newest()
 
-    def _newest(self) -> int:
+    def _one(self, sql: str, *params: int) -> tuple[Any, ...] | None:
         cursor = self._conn.cursor()
         try:
-            cursor.execute(NEWEST_LINE)
+            cursor.execute(sql, params)
             row = cursor.fetchone()
         finally:
             cursor.close()
-        return int(row[0]) if row is not None and row[0] is not None else 0
+        return None if row is None else tuple(row)
+
+    def _newest(self) -> tuple[int, int | None]:
+        row = self._one(NEWEST_LINE)
+        return (0, None) if row is None else (int(row[0]), int(row[1]))
 
     def _finished_since(self) -> set[int] | None:
         with translated("reading which tasks finished"):
-            newest = self._newest()
-            last, self._last = self._last, newest
-            if newest < last:
-                return None
+            (last, last_task), newest = self._last, self._newest()
+            self._last = newest
+            if last:
+                row = self._one(LINE_TASK, last)
+                if row is None or int(row[0]) != last_task:
+                    return None  # lines were deleted: ids after them can be old ones
             cursor = self._conn.cursor()
             try:
-                cursor.execute(FINISHING_LINES, (last, newest))
+                cursor.execute(FINISHING_LINES, (last, newest[0]))
                 return {int(r[0]) for r in cursor.fetchall()}
             finally:
                 cursor.close()
