@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
-from durablesched.cli.options import Commands, option, switch
+from durablesched.cli.options import Commands, Repeated, option, switch
 from durablesched.cli.values import positive_int
 from durablesched.errors import ConfigurationError
 
@@ -41,6 +41,14 @@ def register(commands: Commands) -> None:
         "--token",
         variable="dashboard_token",
         help="every request must carry it (Authorization: Bearer, or the login form's cookie)",
+    )
+    option(
+        p,
+        "--allowed-host",
+        variable="dashboard_allowed_host",
+        action=Repeated,
+        help="a host name the dashboard answers to besides localhost, 127.0.0.1 and [::1] "
+        "(the name a proxy in front of it is asked for; again for more, or comma-separated)",
     )
     switch(
         p,
@@ -70,11 +78,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             f"--host {args.host} listens beyond this machine: give --token (or set "
             "DURABLESCHED_DASHBOARD_TOKEN), which every request must then carry"
         )
+    allowed = [h.strip() for h in (args.allowed_host or "").split(",") if h.strip()]
+    if loopback(args.host):  # an address of its own (127.0.0.2) is no name to rebind
+        allowed.append(f"[{args.host.strip('[]')}]" if ":" in args.host else args.host)
     dashboard, uvicorn = _modules()
     with _listen(args.host, port) as sock:
         store = open_db(args, readonly=args.read_only)
         try:
-            app = dashboard.create_app(store, token=token, read_only=args.read_only)
+            app = dashboard.create_app(
+                store, token=token, read_only=args.read_only, allowed_hosts=allowed
+            )
             config = uvicorn.Config(app, log_level="warning", access_log=False)
             # Listening already: a request sent once this line is out waits in the backlog.
             shown = f"[{args.host}]" if ":" in args.host else args.host

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -272,16 +273,24 @@ def create_app(
     token: str | None = None,
     read_only: bool = False,
     clock: Clock | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The dashboard over ``store``, as an ASGI app to serve or mount.
 
     With ``token``, every request must carry it (``Authorization: Bearer``, or the
     cookie the login form sets); with ``read_only``, every action is hidden and
-    refused (403). The store stays the caller's: the app never closes it.
+    refused (403). Without a token it answers only requests for a loopback host name
+    (``localhost``, ``127.0.0.1``, ``[::1]``) or one of ``allowed_hosts`` (the names a
+    proxy in front of it is asked for); with a token, any name unless ``allowed_hosts``
+    names some. The store stays the caller's: the app never closes it.
     ``clock`` is for tests (the store's own clock by default, as ``Scheduler``'s).
     """
     if token is not None and not token.strip():
         raise ConfigurationError("the dashboard's token must not be empty")
+    if isinstance(allowed_hosts, str):
+        raise ConfigurationError(
+            f"allowed_hosts is a list of host names, got the string {allowed_hosts!r}"
+        )
     pages = Pages(store, Scheduler(store, clock=clock), token=token, read_only=read_only)
     routes = [
         Route("/", pages.overview, name="overview"),
@@ -311,7 +320,7 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token)],
+        middleware=[Middleware(Guard, token=token, allowed_hosts=frozenset(allowed_hosts))],
         exception_handlers={HTTPException: pages.http_error},
     )
     app.state.templates = pages.templates

@@ -9,6 +9,10 @@
   ``durablesched_csrf`` cookie (double submit, compared in constant time), and a
   POST whose ``Origin`` names another host is refused: another site can neither
   read the cookie nor send it (SameSite=Strict).
+* **Host names.** Without a token, only a request for a loopback name (``localhost``,
+  ``127.0.0.1``, ``[::1]``) or one of ``allowed_hosts`` is served: a page of another
+  site whose name was rebound to 127.0.0.1 (DNS rebinding) gets a 400, not the queue.
+  With a token, the names are checked only when ``allowed_hosts`` is given.
 * **Headers.** A CSP that allows this origin's own scripts, styles and images
   only (no inline script or style), ``X-Frame-Options: DENY``, ``nosniff``, a
   strict referrer policy, and no caching of pages.
@@ -46,6 +50,9 @@ HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
+#: The host names a dashboard without a token answers to (DNS rebinding: docs/dashboard.md).
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+NO_STORE = (b"cache-control", b"no-store")
 #: Paths served without the token: the login form and what it needs.
 OPEN_PATHS = ("/login", "/static/")
 
@@ -60,6 +67,14 @@ def same(given: str | None, expected: str) -> bool:
 def session_value(token: str) -> str:
     """What the session cookie holds: the token's HMAC, so the cookie never holds the token."""
     return hmac.new(token.encode(), b"durablesched dashboard session", hashlib.sha256).hexdigest()
+
+
+def host_name(value: str) -> str:
+    """A ``Host`` header's name, lower case, without its port (``[::1]:80`` -> ``[::1]``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
 def route_path(scope: Scope) -> str:
@@ -101,10 +116,21 @@ def cookie_header(scope: Scope, name: str, value: str, *, max_age: int | None = 
 class Guard:
     """ASGI middleware: the token on every request, the CSRF cookie, the headers."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, token: str | None, allowed_hosts: frozenset[str] = frozenset()
+    ) -> None:
         self.app = app
         self.token = token
         self.session = session_value(token) if token else ""
+        self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts)
+
+    def host_allowed(self, scope: Scope) -> bool:
+        """Whether the request names a host this dashboard answers to: without a token, a
+        loopback name or an allowed one; with a token, any unless some were allowed."""
+        if self.token and not self.allowed_hosts:
+            return True
+        name = host_name(header(scope, b"host") or "")
+        return name in self.allowed_hosts or (not self.token and name in LOOPBACK_NAMES)
 
     def authorised(self, scope: Scope, jar: dict[str, str]) -> bool:
         if not self.token:
@@ -118,6 +144,15 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if not self.host_allowed(scope):
+            await _respond(
+                send,
+                400,
+                b"refused: this dashboard does not answer to that host name "
+                b"(see --allowed-host in docs/dashboard.md)\n",
+                [(b"content-type", b"text/plain; charset=utf-8"), *HEADERS, NO_STORE],
+            )
             return
         jar = cookies(scope)
         csrf = jar.get(CSRF_COOKIE, "")

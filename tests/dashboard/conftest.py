@@ -19,6 +19,8 @@ from durablesched.store.sql.store import SQLStore
 from ..conftest import T0
 
 LEASE = timedelta(seconds=30)
+#: What a browser on this machine asks for (a dashboard without a token answers no other name).
+LOCAL = "http://localhost"
 ERROR = ErrorInfo("builtins.ValueError", "no <b>such</b> thing", "Traceback:\n  raise <x>")
 
 
@@ -60,7 +62,7 @@ def dash(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dash]:
     store = open_store(str(request.param), tmp_path, request)
     clock = ManualClock(T0)
     scheduler = Scheduler(store, clock=clock)
-    with TestClient(create_app(store, clock=clock)) as client:
+    with TestClient(create_app(store, clock=clock), base_url=LOCAL) as client:
         yield Dash(store, scheduler, clock, client)
     store.close()
 

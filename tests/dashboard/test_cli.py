@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -80,13 +81,16 @@ def test_nothing_of_the_dashboard_is_imported_but_by_its_command() -> None:
     assert "durablesched.dashboard" not in result.stdout
 
 
+DASHBOARD = [sys.executable, "-m", "durablesched", "dashboard"]
+
+
 def test_the_command_serves_the_dashboard_until_stopped(tmp_path: Path) -> None:
     db = tmp_path / "d.db"
     SQLiteStore(db).close()  # --read-only opens an existing database only
     port = free_port()
     env = {**os.environ, "DURABLESCHED_DB": str(db), "DURABLESCHED_DASHBOARD_PORT": str(port)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "durablesched", "dashboard", "--read-only"],
+        [*DASHBOARD, "--read-only", "--allowed-host", "queue.internal"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -100,6 +104,13 @@ def test_the_command_serves_the_dashboard_until_stopped(tmp_path: Path) -> None:
         with urllib.request.urlopen(url, timeout=WAIT) as answer:
             body = answer.read().decode()
         assert "Overview" in body and "read-only" in body
+        for host, status in (("queue.internal", 200), ("rebind.evil.example", 400)):
+            asked = urllib.request.Request(url, headers={"Host": f"{host}:{port}"})
+            try:
+                with urllib.request.urlopen(asked, timeout=WAIT) as answer:  # noqa: S310 - http
+                    assert answer.status == status, host
+            except urllib.error.HTTPError as e:
+                assert e.code == status, host
     finally:
         server.send_signal(signal.SIGTERM)
         _out, err = server.communicate(timeout=WAIT)  # closes the pipes too
