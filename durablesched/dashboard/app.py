@@ -244,7 +244,8 @@ class Pages:
         return await run_action(request, self.ops, do)
 
     async def schedule_action(self, request: Request) -> Response:
-        name = request.path_params["name"]
+        """A schedule's action: the name is the form's ``name`` field, never a part of the
+        path, so that any legal name (``a/b``, ``%76``, ``x?y``, ``#1``) acts on itself."""
         action = request.path_params["action"]
         doers = {
             "pause": self.ops.pause_schedule,
@@ -253,7 +254,14 @@ class Pages:
         }
         if action not in doers:
             raise HTTPException(404, f"no action {action!r}")
-        return await run_action(request, self.ops, lambda _form: doers[action](name))
+
+        def do(form: FormData) -> str:
+            name = form.get("name")
+            if not isinstance(name, str) or not name:
+                raise Refusal(400, "the form names no schedule (its name field is empty)")
+            return doers[action](name)
+
+        return await run_action(request, self.ops, do)
 
     async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -311,7 +319,12 @@ def create_app(
             name="queue_action",
         ),
         Route("/schedules", pages.schedules, name="schedules"),
-        Route("/schedules/{name:str}/{action:str}", pages.schedule_action, methods=POST),
+        Route(
+            "/schedules/{action:str}",
+            pages.schedule_action,
+            methods=POST,
+            name="schedule_action",
+        ),
         Route("/workers", pages.workers, name="workers"),
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/login", pages.login, methods=["GET", "POST"], name="login"),

@@ -78,8 +78,8 @@ def test_read_only_hides_and_refuses_every_action(dash: Dash) -> None:
             ("/tasks/bulk", {"action": "cancel", "ids": str(task_id)}),
             ("/queues/mail/pause", {}),
             ("/queues/mail/limits", {"concurrency": "1"}),
-            ("/schedules/nightly/run", {}),
-            ("/schedules/nightly/pause", {}),
+            ("/schedules/run", {"name": "nightly"}),
+            ("/schedules/pause", {"name": "nightly"}),
         ):
             answer = client.post(path, data={"csrf": csrf, **data})
             assert answer.status_code == 403, path
