@@ -95,7 +95,7 @@ def test_queue_pause_resume_and_limits(dash: Dash) -> None:
 
 def test_schedule_pause_resume_and_run_now(dash: Dash) -> None:
     dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
-    nightly = {"name": "nightly"}
+    nightly: dict[str, str | list[str]] = {"name": "nightly"}
     assert dash.act("/schedules/pause", nightly).status_code == 200
     assert dash.scheduler.schedules()[0].status == "paused"
     assert dash.act("/schedules/resume", nightly).status_code == 200
