@@ -166,8 +166,8 @@ def test_every_legal_schedule_name_works_and_acts_on_itself(dash: Dash) -> None:
     assert all(s.status == "active" for s in dash.scheduler.schedules())
     # The task column links to the task list by name, percent-encoded as a query value.
     dash.scheduler.add_schedule("odd&name=x#y", name="odd", cron="0 3 * * *")
-    page = dash.client.get("/schedules").text
-    assert 'href="/tasks?name=odd%26name%3Dx%23y"' in page
+    listed = dash.client.get("/schedules").text
+    assert 'href="/tasks?name=odd%26name%3Dx%23y"' in listed
 
 
 def test_a_schedule_action_without_a_name_is_refused(dash: Dash) -> None:
