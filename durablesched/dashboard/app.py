@@ -28,11 +28,13 @@ from durablesched.dashboard.reads import DashboardStore
 from durablesched.dashboard.security import (
     CSRF_FIELD,
     SESSION_COOKIE,
+    SESSION_SECONDS,
     Guard,
+    client_of,
     cookie_header,
+    cross_site,
     safe_next,
     same,
-    session_value,
 )
 from durablesched.errors import ConfigurationError
 from durablesched.scheduler import Scheduler
@@ -43,8 +45,6 @@ HERE = Path(__file__).parent
 POLL_MS = 2000
 #: The actions' method: every route that changes anything takes a POST only.
 POST = ["POST"]
-#: How long a login lasts.
-SESSION_SECONDS = 12 * 3600
 #: The largest id a task can have (a 64-bit column).
 MAX_ID = 2**63 - 1
 
@@ -170,25 +170,36 @@ class Pages:
 
     async def login(self, request: Request) -> Response:
         target = safe_next(request.query_params.get("next"))
+        root = request.scope.get("root_path", "")
         if not self.token or (request.state.authorised and request.method == "GET"):
-            return RedirectResponse(f"{request.scope.get('root_path', '')}{target}", 303)
+            return RedirectResponse(f"{root}{target}", 303)
         wrong = False
         if request.method == "POST":
+            refused = cross_site(request.scope)
+            if refused is not None:
+                raise HTTPException(403, refused)
+            guard: Guard = request.state.guard
+            client, now = client_of(request.scope), guard.now()
+            wait = guard.throttle.wait(client, now)
+            if wait:
+                return PlainTextResponse(
+                    f"too many wrong tokens from this address: try again in {wait:.0f} s\n",
+                    status_code=429,
+                    headers={"retry-after": str(max(1, round(wait)))},
+                )
             form = await request.form()
             target = safe_next(str(form.get("next") or "/"))
-            csrf_ok = same(str(form.get(CSRF_FIELD) or ""), request.state.csrf)
-            if csrf_ok and same(str(form.get("token") or ""), self.token):
-                response = RedirectResponse(f"{request.scope.get('root_path', '')}{target}", 303)
-                session = session_value(self.token)
-                response.raw_headers.append(
-                    (
-                        b"set-cookie",
-                        cookie_header(
-                            request.scope, SESSION_COOKIE, session, max_age=SESSION_SECONDS
-                        ),
-                    )
+            if not same(str(form.get(CSRF_FIELD) or ""), request.state.csrf):
+                raise HTTPException(403, "refused: the form's CSRF token is missing or stale")
+            if same(str(form.get("token") or ""), self.token):
+                response = RedirectResponse(f"{root}{target}", 303)
+                session = guard.sessions.issue(now)
+                cookie = cookie_header(
+                    request.scope, SESSION_COOKIE, session, max_age=SESSION_SECONDS
                 )
+                response.raw_headers.append((b"set-cookie", cookie))
                 return response
+            guard.throttle.failed(client, now)
             wrong = True
         context = {"csrf": request.state.csrf, "csrf_field": CSRF_FIELD, "next": target}
         return self.templates.TemplateResponse(
@@ -196,9 +207,18 @@ class Pages:
         )
 
     async def logout(self, request: Request) -> Response:
+        refused = cross_site(request.scope)
+        if refused is not None:
+            raise HTTPException(403, refused)
         form = await request.form()
         if not same(str(form.get(CSRF_FIELD) or ""), request.state.csrf):
-            raise HTTPException(403, "refused: the form's CSRF self.token is missing or stale")
+            raise HTTPException(403, "refused: the form's CSRF token is missing or stale")
+        guard: Guard = request.state.guard
+        jar_value = request.cookies.get(SESSION_COOKIE)
+        now = guard.now()
+        session = guard.sessions.check(jar_value, now)
+        if session is not None:
+            guard.sessions.revoke(*session, now)
         response = RedirectResponse(f"{request.scope.get('root_path', '')}/login", 303)
         response.raw_headers.append(
             (b"set-cookie", cookie_header(request.scope, SESSION_COOKIE, "", max_age=0))
@@ -333,7 +353,14 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token, allowed_hosts=frozenset(allowed_hosts))],
+        middleware=[
+            Middleware(
+                Guard,
+                token=token,
+                allowed_hosts=frozenset(allowed_hosts),
+                now=lambda: pages.scheduler.clock.now().timestamp(),
+            )
+        ],
         exception_handlers={HTTPException: pages.http_error},
     )
     app.state.templates = pages.templates

@@ -175,3 +175,15 @@ def test_a_schedule_action_without_a_name_is_refused(dash: Dash) -> None:
     assert dash.act("/schedules/pause").status_code == 400
     assert dash.act("/schedules/pause", {"name": ""}).status_code == 400
     assert dash.scheduler.schedules()[0].status == "active"
+
+
+def test_cancelling_a_finished_task_says_how_it_ended(dash: Dash) -> None:
+    cancelled = dash.scheduler.submit("job", {})
+    dash.scheduler.cancel(cancelled)
+    answer = dash.act(f"/tasks/{cancelled}/cancel")
+    assert answer.status_code == 409
+    assert answer.json() == {"error": f"task {cancelled}: already cancelled; nothing changed"}
+    failed = failed_task(dash)
+    answer = dash.act(f"/tasks/{failed}/cancel")
+    assert answer.status_code == 409
+    assert answer.json() == {"error": f"task {failed}: too late: it had already finished (FAILED)"}

@@ -12,7 +12,7 @@ from durablesched import ConfigurationError, TaskState
 from durablesched.dashboard import create_app
 from durablesched.dashboard.security import CSP
 
-from .conftest import LOCAL, Dash
+from .conftest import LOCAL, Dash, form_csrf
 
 TOKEN = "s3cret-token"  # noqa: S105 - the tests' own token
 
@@ -112,11 +112,11 @@ def test_with_a_token_every_request_needs_it(dash: Dash) -> None:
 
 def test_logging_in_sets_a_strict_http_only_cookie_that_never_holds_the_token(dash: Dash) -> None:
     with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        csrf = client.get("/login").cookies["durablesched_csrf"]
+        csrf = form_csrf(client.get("/login").text)
         wrong = client.post("/login", data={"csrf": csrf, "token": "guess", "next": "/tasks"})
         assert wrong.status_code == 401 and "not the dashboard" in wrong.text
         no_csrf = client.post("/login", data={"token": TOKEN, "next": "/tasks"})
-        assert no_csrf.status_code == 401
+        assert no_csrf.status_code == 403
         answer = client.post(
             "/login",
             data={"csrf": csrf, "token": TOKEN, "next": "/tasks"},
@@ -127,15 +127,20 @@ def test_logging_in_sets_a_strict_http_only_cookie_that_never_holds_the_token(da
         assert cookie.startswith("durablesched_session=")
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
         assert client.get("/tasks").status_code == 200  # the cookie is enough
-        # Logging out ends it.
-        client.post("/logout", data={"csrf": csrf})
+        # Logging out ends it, on the server: the cookie replayed is refused.
+        session = client.cookies["durablesched_session"]
+        client.post("/logout", data={"csrf": form_csrf(client.get("/tasks").text)})
+        assert client.get("/tasks").status_code == 401
+        client.cookies.delete("durablesched_session")
+        client.cookies.set("durablesched_session", session)
         assert client.get("/tasks").status_code == 401
 
 
 def test_login_never_sends_anyone_to_another_site(dash: Dash) -> None:
     with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        csrf = client.get("/login").cookies["durablesched_csrf"]
         for target in ("//evil.example/x", "https://evil.example", "\\\\evil", "tasks"):
+            client.cookies.delete("durablesched_session")
+            csrf = form_csrf(client.get("/login").text)
             answer = client.post(
                 "/login",
                 data={"csrf": csrf, "token": TOKEN, "next": target},
@@ -158,10 +163,11 @@ def test_mounted_under_a_path_links_and_cookies_stay_under_it(dash: Dash) -> Non
         assert login.headers["location"] == "/ops/login?next=%2Ftasks"
         assert "Path=/ops" in login.headers["set-cookie"]
         assert 'action="/ops/login"' in client.get("/ops/login").text
-        csrf = client.cookies["durablesched_csrf"]
+        csrf = form_csrf(client.get("/ops/login").text)
         answer = client.post("/ops/login", data={"csrf": csrf, "token": TOKEN, "next": "/tasks"})
         assert answer.url.path == "/ops/tasks"
         page = answer.text
+        csrf = form_csrf(page)  # bound to the session now
         assert f'href="/ops/tasks/{task_id}"' in page and 'href="/ops/static/dashboard.css"' in page
         assert 'data-poll="/ops/tasks"' in page
         assert client.get("/ops/static/dashboard.js").status_code == 200
