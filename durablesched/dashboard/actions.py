@@ -18,6 +18,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from durablesched.dashboard.filters import BadFilter, read_id
 from durablesched.dashboard.reads import DashboardStore
 from durablesched.dashboard.security import CSRF_FIELD, cross_site, header, safe_next, same
 from durablesched.errors import (
@@ -211,9 +212,9 @@ def task_ids(form: FormData) -> list[int]:
     ids: list[int] = []
     for value in form.getlist("ids"):
         try:
-            ids.append(int(str(value)))
-        except ValueError:
-            raise Refusal(400, f"a task id is a whole number, got {value!r}") from None
+            ids.append(read_id(str(value)))
+        except BadFilter as e:
+            raise Refusal(400, str(e)) from None
     if not ids:
         raise Refusal(400, "no task was ticked")
     if len(ids) > BULK_LIMIT:

@@ -23,7 +23,14 @@ from durablesched.clock import Clock
 from durablesched.dashboard import actions, reads
 from durablesched.dashboard.actions import Operations, Refusal, run_action
 from durablesched.dashboard.chart import throughput_chart
-from durablesched.dashboard.filters import PAGE_SIZE, BadFilter, cursor, read_filters
+from durablesched.dashboard.filters import (
+    MAX_ID,
+    PAGE_SIZE,
+    BadFilter,
+    cursor,
+    read_filters,
+    read_id,
+)
 from durablesched.dashboard.reads import DashboardStore
 from durablesched.dashboard.security import (
     CSRF_FIELD,
@@ -36,17 +43,16 @@ from durablesched.dashboard.security import (
     safe_next,
     same,
 )
-from durablesched.errors import ConfigurationError
+from durablesched.errors import ConfigurationError, InvalidTaskError
 from durablesched.scheduler import Scheduler
 from durablesched.states import TERMINAL, TaskState
+from durablesched.submission import check_name
 
 HERE = Path(__file__).parent
 #: How often an open page asks for its live part again, in milliseconds (docs/dashboard.md).
 POLL_MS = 2000
 #: The actions' method: every route that changes anything takes a POST only.
 POST = ["POST"]
-#: The largest id a task can have (a 64-bit column).
-MAX_ID = 2**63 - 1
 
 
 class Pages:
@@ -96,11 +102,10 @@ class Pages:
 
     async def tasks(self, request: Request) -> Response:
         wanted = request.query_params.get("id", "").strip()
-        if wanted:
-            if not wanted.isdigit() or int(wanted) > MAX_ID:
-                raise HTTPException(400, f"a task id is a whole number, got {wanted!r}")
-            return RedirectResponse(request.url_for("task", task_id=int(wanted)), 303)
         try:
+            if wanted:
+                found_id = read_id(wanted)
+                return RedirectResponse(request.url_for("task", task_id=found_id), 303)
             asked = read_filters(request.query_params)
         except BadFilter as e:
             raise HTTPException(400, str(e)) from None
@@ -279,6 +284,10 @@ class Pages:
             name = form.get("name")
             if not isinstance(name, str) or not name:
                 raise Refusal(400, "the form names no schedule (its name field is empty)")
+            try:  # a name no schedule can have (NUL, which PostgreSQL refuses): a 400
+                check_name(name, "schedule name")
+            except InvalidTaskError as e:
+                raise Refusal(400, str(e)) from None
             return doers[action](name)
 
         return await run_action(request, self.ops, do)

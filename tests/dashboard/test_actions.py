@@ -174,6 +174,11 @@ def test_a_schedule_action_without_a_name_is_refused(dash: Dash) -> None:
     dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
     assert dash.act("/schedules/pause").status_code == 400
     assert dash.act("/schedules/pause", {"name": ""}).status_code == 400
+    for bad in ("a\x00b", "tab\there"):  # no schedule can be named so (PostgreSQL: NUL)
+        for action in ("pause", "resume", "run"):
+            answer = dash.act(f"/schedules/{action}", {"name": bad})
+            assert answer.status_code == 400, (action, bad)
+            assert "control characters" in answer.json()["error"]
     assert dash.scheduler.schedules()[0].status == "active"
 
 
