@@ -107,12 +107,19 @@ class StoreCollector:
         paused = GaugeMetricFamily(
             "durablesched_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
         )
+        ahead = GaugeMetricFamily(
+            "durablesched_tasks_claimed_ahead",
+            "RUNNING tasks claimed ahead, waiting in a worker for a slot (not started), "
+            "per queue; the started ones are durablesched_tasks{state=RUNNING} minus these.",
+            labels=["queue"],
+        )
         for info in self.store.queue_info(now, finished=False):
             for state, count in info["counts"].items():
                 tasks.add_metric([info["name"], state], count)
             oldest.add_metric([info["name"]], info["oldest_waiting_seconds"] or 0.0)
             paused.add_metric([info["name"]], float(info["paused"]))
-        yield from (tasks, oldest, paused)
+            ahead.add_metric([info["name"]], info["waiting"])
+        yield from (tasks, oldest, paused, ahead)
 
     def _attempts(self, totals: list[AttemptTotal]) -> Iterator[Metric]:
         family = CounterMetricFamily(

@@ -174,5 +174,9 @@ class QueueInfo(TypedDict):
     concurrency: int | None
     rate: str | None
     counts: dict[str, int]
+    #: RUNNING tasks whose attempts started.
     running: int
     oldest_waiting_seconds: float | None
+    #: RUNNING tasks claimed ahead, waiting in a worker for a slot (not started): with
+    #: ``running``, the RUNNING count.
+    waiting: int

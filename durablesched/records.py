@@ -195,6 +195,9 @@ class TaskRecord:
     priority: int = 0
     #: The trace context it was submitted in (docs/tracing.md), kept apart from ``args``.
     trace: TraceCarrier | None = None
+    #: When its latest attempt started; None while it waits claimed ahead in a worker
+    #: (RUNNING, not started: ``Worker(ahead=)``), and for a task never claimed.
+    started_at: datetime | None = None
 
     @property
     def effective_key(self) -> str:
@@ -501,6 +504,10 @@ class WorkerInfo:
     last_seen: datetime
     #: How long it may go unseen and still count as alive: its task lease.
     lease: timedelta
+    #: The tasks it holds RUNNING whose attempts started (when listed).
+    running: int = 0
+    #: The tasks it holds claimed ahead, waiting for a slot (when listed).
+    waiting: int = 0
 
     def alive(self, now: datetime) -> bool:
         """Seen within its lease at ``now``."""

@@ -266,8 +266,9 @@ class MemoryStore:
             allowed[queue] -= 1
             if queue in self._starts:
                 self._starts[queue].append(now)
-            claim = self._start(task, owner, now, lease, task.name in process_names)
-            claims.append(claim if started else replace(claim, started_at=None))
+            claims.append(
+                self._start(task, owner, now, lease, task.name in process_names, started=started)
+            )
         for queue, entries in skipped.items():
             for entry in entries:
                 heapq.heappush(self._ready[queue], entry)
@@ -363,7 +364,10 @@ class MemoryStore:
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
         ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
+        if started:
+            self._record_starts(started, now)
         results: list[OutcomeResult] = [None] * len(outcomes)
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             try:
@@ -385,6 +389,17 @@ class MemoryStore:
             else []
         )
         return results, claims
+
+    def _record_starts(self, started: Sequence[Claim], now: datetime) -> None:
+        with self._lock:
+            for claim in sorted(started, key=lambda c: c.task_id):
+                task = self._valid(claim, claim.owner, now)
+                if task is None or task.started_at is not None or claim.started_at is None:
+                    continue
+                self._put(replace(task, started_at=claim.started_at))
+                events = self._events[task.id]
+                last = max(i for i, e in enumerate(events) if e.state is TaskState.RUNNING)
+                events[last] = replace(events[last], at=claim.started_at)
 
     def _record(self, outcome: Outcome, now: datetime) -> TaskState | None:
         if outcome.error is not None:
@@ -579,6 +594,7 @@ class MemoryStore:
                     counts={state.value: 0 for state in shown},
                     running=0,
                     oldest_waiting_seconds=None,
+                    waiting=0,
                 )
                 for q in self._queues.values()
             }
@@ -588,7 +604,7 @@ class MemoryStore:
                 info = infos[task.queue]
                 info["counts"][task.state.value] += 1
                 if task.state is TaskState.RUNNING:
-                    info["running"] += 1
+                    info["waiting" if task.started_at is None else "running"] += 1
                 elif task.state in CLAIMABLE and task.due_at <= now:
                     waited = (now - task.due_at).total_seconds()
                     oldest = info["oldest_waiting_seconds"]
@@ -737,7 +753,15 @@ class MemoryStore:
 
     def list_workers(self, now: datetime) -> list[WorkerInfo]:
         with self._lock:
-            workers = [w for w in self._workers.values() if not w.forgotten(now)]
+            held: Counter[tuple[str | None, bool]] = Counter(
+                (t.lease_owner, t.started_at is None)
+                for t in map(self._tasks.__getitem__, self._running)
+            )
+            workers = [
+                replace(w, running=held[w.id, False], waiting=held[w.id, True])
+                for w in self._workers.values()
+                if not w.forgotten(now)
+            ]
         return sorted(workers, key=lambda w: (w.started_at, w.id))
 
     def prune_workers(self, now: datetime) -> int:
@@ -1018,13 +1042,21 @@ class MemoryStore:
         return task
 
     def _start(
-        self, task: TaskRecord, owner: str, now: datetime, lease: timedelta, in_process: bool
+        self,
+        task: TaskRecord,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        in_process: bool,
+        *,
+        started: bool = True,
     ) -> Claim:
         check_transition(task.state, TaskState.RUNNING)
         task = self._put(
             replace(
                 task,
                 environment=Environment.PROCESS if in_process else None,
+                started_at=now if started else None,
                 state=TaskState.RUNNING,
                 attempts=task.attempts + 1,
                 fence=task.fence + 1,
@@ -1052,7 +1084,7 @@ class MemoryStore:
             priority=task.priority,
             created_at=task.created_at,
             claimed_at=now,
-            started_at=now,
+            started_at=task.started_at,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:

@@ -308,6 +308,7 @@ class Store(ScheduleStore, Protocol):
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
         ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 
@@ -323,6 +324,11 @@ class Store(ScheduleStore, Protocol):
         order rows are locked in, so concurrent writers cannot deadlock; so
         children get the same ids on every backend); answers come in the order
         given. The claim is :meth:`claim`'s.
+
+        ``started``: claims ahead whose attempts started (each with its
+        ``started_at``), recorded first: a valid one whose task has no start yet
+        gets ``started_at``, and its RUNNING history line that time (the attempt's
+        start, which timed it).
         """
         ...
 

@@ -14,7 +14,7 @@ start within ``ahead_window`` seconds at its recent rate (its slots over the
 recent length of an attempt, or over the age of the oldest attempt running
 here, whichever is longer). A worker of long tasks therefore claims none ahead,
 and one whose tasks turn long stops at once; a claim that has waited longer
-than twice the window anyway is given back for any worker to take.
+than the window anyway is given back for any worker to take.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class Ahead:
     @property
     def stale_after(self) -> float:
         """Seconds a claim waits before it is given back for any worker to take."""
-        return 2 * self._window
+        return self._window
 
 
 def start(running: Running, now: datetime) -> None:

@@ -80,6 +80,8 @@ class GroupCommit:
         self.error: StoreError | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
         self._pending: list[tuple[Running, Outcome]] = []
+        #: Claims ahead that started since, to record with the next group commit.
+        self._starts: list[Claim] = []
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self.looping = False
@@ -91,8 +93,17 @@ class GroupCommit:
 
     @property
     def pending(self) -> bool:
-        """Outcomes wait to be recorded (read with the slots' lock held)."""
-        return bool(self._pending)
+        """Outcomes or starts wait to be recorded (read with the slots' lock held)."""
+        return bool(self._pending or self._starts)
+
+    def started(self, claim: Claim) -> None:
+        """A claim ahead started (its ``started_at`` set): recorded with the next group
+        commit, the one that records the outcome whose slot it took if it comes in
+        time (``commit_delay``), else on its own."""
+        with self._changed:
+            self._starts.append(claim)
+            if self.detached:
+                self._changed.notify_all()
 
     def hand_over(self, running: Running, outcome: Outcome) -> None:
         """On a task thread: leave the outcome for the next commit; lead that if none is."""
@@ -117,13 +128,13 @@ class GroupCommit:
         """
         while True:
             with self._lock:
-                if not self._pending:
+                if not self._pending and not self._starts:
                     return True
             if not self._flush_lock.acquire(blocking=False):
                 return True  # the leader will see what we left
             try:
-                batch = self._gather()
-                recorded = self._flush(batch) if batch else True
+                batch, starts = self._gather()
+                recorded = self._flush(batch, starts) if batch or starts else True
             finally:
                 self._flush_lock.release()
             if not recorded:
@@ -136,7 +147,7 @@ class GroupCommit:
         with self._lock:
             return not self._pending and not self._flush_lock.locked() and self.error is None
 
-    def _gather(self) -> list[tuple[Running, Outcome]]:
+    def _gather(self) -> tuple[list[tuple[Running, Outcome]], list[Claim]]:
         """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
         still running here, so that short tasks share one commit (and one fsync)."""
         deadline = time.monotonic() + self._options.commit_delay
@@ -147,9 +158,10 @@ class GroupCommit:
                     break
                 self._changed.wait(remaining)
             batch, self._pending = self._pending, []
-        return batch
+            starts, self._starts = self._starts, []
+        return batch, starts
 
-    def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
+    def _flush(self, batch: list[tuple[Running, Outcome]], starts: list[Claim]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
         limit, queues, room = 0, None, None
         if self.looping and not self._stopping.is_set():
@@ -163,7 +175,7 @@ class GroupCommit:
                     staying = [r for r in self._active.values() if id(r) not in finishing]
                 limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
         try:
-            return self._record(batch, limit, queues, room)
+            return self._record(batch, starts, limit, queues, room)
         finally:
             if room is not None and self._ahead is not None:
                 self._ahead.settle(room)
@@ -171,6 +183,7 @@ class GroupCommit:
     def _record(
         self,
         batch: list[tuple[Running, Outcome]],
+        starts: list[Claim],
         limit: int,
         queues: dict[str, int] | None,
         room: Room | None,
@@ -189,6 +202,7 @@ class GroupCommit:
                 process_names=self._attempts.process_names(),
                 queues=queues,
                 ahead=0 if room is None else room.ahead,
+                started=starts,
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
@@ -197,6 +211,7 @@ class GroupCommit:
             self._trouble.note(error, self._scheduler.clock.now())
             with self._lock:
                 self._pending[:0] = batch
+                self._starts[:0] = starts
                 self.error = error
             self._wakeup.set()
             return False

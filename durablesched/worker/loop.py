@@ -3,8 +3,9 @@
 The loop runs on the thread that calls :meth:`Worker.run` (its own,
 ``durablesched-<owner>``, after :meth:`Worker.start`) and sleeps on the
 scheduler's clock until a task is due, a heartbeat or reclaim is, a slot frees
-or another process commits. A worker claims a task only when it has a free
-slot, so nothing sits claimed inside a busy worker while another could run it.
+or another process commits. A worker claims into its free slots and, with
+``ahead``, a few tasks ahead of them: no more than it starts within
+``ahead_window`` at its recent rate (``ahead``'s module says how).
 User code always runs with no lock of ours held; outcomes are written through
 the store, fenced by the claim that started the attempt. :class:`Worker`
 composes the parts that do the work (see the package's docstring).
@@ -60,9 +61,13 @@ class Worker:
     jittered) for up to ``give_up_after`` seconds of the scheduler's clock, then
     :meth:`run` gives up with a StoreError; a damaged database
     (:class:`CorruptDatabase`) or an unusable schema stops it at once.
-    Outcomes are group-committed: the first thread to finish records
-    every outcome pending (waiting up to ``commit_delay`` for the tasks still
-    running here) and, in the same transaction, claims into the freed slots.
+    Outcomes are group-committed: every outcome pending in one transaction
+    (waiting up to ``commit_delay`` for the tasks still running here) that
+    also claims into the freed slots. With ``ahead`` > 0 (the default 8) a
+    committer thread records them, and the worker holds up to ``ahead`` claims
+    beyond its slots, waiting for a slot: no more than it starts within
+    ``ahead_window`` seconds at its recent rate, never from a queue with a
+    stored limit. ``ahead=0`` claims only into free slots (docs/design.md).
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
@@ -456,6 +461,7 @@ class Worker:
             return None
         running = self._ahead.take(self.scheduler.clock.now())
         if running is not None:
+            self._commit.started(running.claim)
             self._slots.mark_started()
         return running
 

@@ -231,3 +231,20 @@ def test_a_500_carries_the_security_headers_and_no_traceback(dash: Dash) -> None
     assert answer.headers["x-frame-options"] == "DENY"
     assert answer.headers["cache-control"] == "no-store"
     assert "went away" not in answer.text and "Traceback" not in answer.text
+
+
+def test_a_task_claimed_ahead_is_told_from_a_running_one(dash: Dash) -> None:
+    """Waiting in its worker for a slot: said on its page, the queues and overview
+    pages, and the worker's row (claimed ahead, not running)."""
+    dash.store.register_worker(WorkerInfo("w9", "box", 42, None, 1, "0.1.0", T0, T0, LEASE), T0)
+    first = dash.scheduler.submit("job", {})
+    waiting = dash.scheduler.submit("job", {})
+    claims = dash.store.claim("w9", 1, dash.clock.now(), LEASE, ahead=1)
+    assert [(c.task_id, c.started_at is None) for c in claims] == [(first, False), (waiting, True)]
+    page = dash.client.get(f"/tasks/{waiting}").text
+    assert 'id="claimed-ahead"' in page and "waiting in w9 for a slot" in page
+    assert 'id="claimed-ahead"' not in dash.client.get(f"/tasks/{first}").text
+    for path in ("/", "/queues"):
+        assert "+1 claimed ahead" in dash.client.get(path).text
+    workers = dash.client.get("/workers").text
+    assert '<td class="num">1</td>\n<td class="num">1</td>' in workers  # running, ahead

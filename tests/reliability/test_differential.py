@@ -831,6 +831,14 @@ class StoresAgree(RuleBasedStateMachine):
             "process_names": in_process,
             "queues": queues,
             "ahead": data.draw(st.sampled_from([0, 0, 2]), label="ahead"),
+            # Claims ahead started since (and some other claims): their starts first.
+            "started": [
+                replace(c, started_at=now)
+                for c in data.draw(
+                    st.lists(st.sampled_from(self.held), max_size=3) if self.held else st.just([]),
+                    label="started",
+                )
+            ],
         }
         model_results, model_claims = self.memory.record_and_claim(model_outcomes, now, **extra)
         sql_results, sql_claims = self.sql.record_and_claim(outcomes, now, **extra)

@@ -231,3 +231,28 @@ def test_ahead_must_be_a_count(scheduler: Scheduler, bad: object) -> None:
 def test_ahead_window_must_be_seconds(scheduler: Scheduler) -> None:
     with pytest.raises(ConfigurationError, match="ahead_window"):
         Worker(scheduler, ahead_window=-1)
+
+
+def test_a_claim_ahead_shows_waiting_then_its_real_start(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """RUNNING with no start while it waits; once started, its record and its attempt
+    (the history) carry the start, recorded with the blocking task's outcome, and the
+    worker's row counts it as running, not claimed ahead. Fails without the start
+    handed to the group commit (GroupCommit.started)."""
+    scheduler.submit("block")
+    later = scheduler.submit("quick", {"tag": "later"})
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    task = scheduler.get(later)
+    assert task is not None and (task.state, task.started_at) == (TaskState.RUNNING, None)
+    clock = scheduler.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(timedelta(seconds=5))
+    tasks.release.set()
+    assert worker.wait_idle(WAIT)
+    task = scheduler.get(later)
+    assert task is not None and task.state is TaskState.SUCCEEDED
+    assert task.started_at == T0 + timedelta(seconds=5)
+    (attempt,) = scheduler.attempts(later)
+    assert attempt.started_at == T0 + timedelta(seconds=5)

@@ -96,6 +96,7 @@ class FlakyStore(MemoryStore):
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
         ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         if self.record_failures:
             self.record_failures -= 1
@@ -113,6 +114,7 @@ class FlakyStore(MemoryStore):
             process_names=process_names,
             queues=queues,
             ahead=ahead,
+            started=started,
         )
 
 

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
 
 from durablesched.queues import QueueLimits, Rate
-from durablesched.records import Claim, JSONArgs, effective_key, split_trace
+from durablesched.records import Claim, JSONArgs, Outcome, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     QUEUE_ROWS,
     SQL_FORGET_STARTS,
     SQL_IN_PROCESS,
+    SQL_MARK_STARTED,
     SQL_QUEUE_STARTS,
     SQL_REMEMBER_START,
     SQL_RUNNING_IN_QUEUE,
+    SQL_START_LINE,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -40,21 +42,22 @@ def claim_rows(
     names: Collection[str] | None,
     process_names: Collection[str] = (),
     queues: Mapping[str, int] | None = None,
-    unlimited_only: bool = False,
+    ahead: bool = False,
 ) -> list[Any]:
     """Claim in ``conn``'s transaction; the rows for :func:`claims_from_rows`, to be made into
     claims after it commits.
 
     Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
     ``queues``), ``limit`` in all, each queue within the limits stored for it.
-    With ``unlimited_only`` (a claim ahead), only from queues with no stored limit.
+    With ``ahead`` (a claim ahead: not started), only from queues with no stored limit,
+    and ``started_at`` left NULL.
     """
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
     stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.driver(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
-    if unlimited_only:
+    if ahead:
         # A claim ahead waits in the worker: a limited queue's concurrency or rate
         # window would count it from its claim, not from its start.
         wanted = {q: n for q, n in wanted.items() if q not in stored or not stored[q].limited}
@@ -67,6 +70,7 @@ def claim_rows(
         "lease_expires_at": tx._t(now + lease),
         "now": stamp,
         "limit": limit,
+        "started": None if ahead else stamp,
     }
     for k, (queue, n) in enumerate(arms):
         params[f"q{k}"] = queue
@@ -136,12 +140,35 @@ def claim_with_ahead(
             names=names,
             process_names=process_names,
             queues=None if queues is None else {q: ahead for q in queues},
-            unlimited_only=True,
+            ahead=True,
         )
         if ahead > 0
         else []
     )
     return rows, waiting
+
+
+def record_starts(
+    tx: Transactions,
+    conn: Connection,
+    started: Sequence[Claim],
+    outcomes: Sequence[Outcome],
+    now: datetime,
+) -> None:
+    """The starts of claims ahead, in a group commit before its outcomes: each valid claim
+    whose task has no start yet gets ``started_at`` and its claim's history line moved
+    to that time (the attempt's start)."""
+    if tx.dialect.lock_tasks is not None:
+        ids = sorted({c.task_id for c in started} | {o.claim.task_id for o in outcomes})
+        conn.execute(tx.dialect.lock_tasks, {"ids": ids})
+    stamp = tx._t(now)
+    for claim in sorted(started, key=lambda c: c.task_id):
+        if claim.started_at is None:
+            continue
+        at = tx._t(claim.started_at)
+        params = {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": stamp}
+        if conn.execute(SQL_MARK_STARTED, {**params, "at": at}).rowcount:
+            conn.execute(SQL_START_LINE, {"id": claim.task_id, "at": at})
 
 
 def queue_limits(row: Any) -> QueueLimits:

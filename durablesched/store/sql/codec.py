@@ -87,4 +87,5 @@ def record(row: Row[Any]) -> TaskRecord:
         queue=row.queue,
         priority=row.priority,
         trace=trace,
+        started_at=opt_time(row.started_at),
     )

@@ -33,6 +33,7 @@ from durablesched.store.sql.statements import (
     SQL_REQUEUE,
     SQL_RUNNING,
     SQL_STATE,
+    SQL_WAITING_BY_QUEUE,
     sql_activity_durations,
 )
 from durablesched.store.sql.submitting import allocate
@@ -156,6 +157,7 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 counts={state.value: 0 for state in shown},
                 running=0,
                 oldest_waiting_seconds=None,
+                waiting=0,
             )
         counts = SQL_QUEUE_COUNTS if finished else tx.dialect.live_queue_counts
         for r in conn.execute(counts, {"now": tx._t(now)}):
@@ -169,6 +171,11 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 waited = (now - from_db_time(r.oldest_due)).total_seconds()
                 oldest = info["oldest_waiting_seconds"]
                 info["oldest_waiting_seconds"] = waited if oldest is None else max(oldest, waited)
+        for queue, waiting in conn.execute(SQL_WAITING_BY_QUEUE):
+            info = infos.get(queue)
+            if info is not None:
+                info["waiting"] = waiting
+                info["running"] -= waiting
     return [infos[name] for name in sorted(infos)]
 
 

@@ -63,6 +63,9 @@ tasks = Table(
     Column("environment", Text),
     Column("queue", Text, nullable=False, server_default=text("'default'")),
     Column("priority", Integer, nullable=False, server_default=text("0")),
+    #: When the latest attempt started: NULL while it waits claimed ahead in a worker
+    #: (and for a task never claimed).
+    Column("started_at", Time),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("priority BETWEEN -100 AND 100", name="ck_tasks_priority"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),

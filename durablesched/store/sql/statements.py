@@ -22,11 +22,28 @@ VALID = (
     "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
     "AND lease_expires_at > :now"
 )
+#: A claim ahead started (``record_and_claim(started=)``): its start time, once.
+SQL_MARK_STARTED = text(f"UPDATE tasks SET started_at = :at WHERE {VALID} AND started_at IS NULL")
+#: ... and its claim's history line moved to that time: the attempt's start.
+SQL_START_LINE = text(
+    "UPDATE task_events SET at = :at WHERE id = "
+    "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING')"
+)
+#: Per queue, the RUNNING tasks claimed ahead and not started (few: read by state).
+SQL_WAITING_BY_QUEUE = text(
+    "SELECT queue, count(*) FROM tasks WHERE state = 'RUNNING' AND started_at IS NULL "
+    "GROUP BY queue"
+)
+#: Per owner, the RUNNING tasks it holds, and how many of them started.
+SQL_HELD_BY_OWNER = text(
+    "SELECT lease_owner, count(*) AS held, count(started_at) AS started FROM tasks "
+    "WHERE state = 'RUNNING' GROUP BY lease_owner"
+)
 #: Every column of a task, in the order :func:`codec.record` reads them.
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment, queue, priority"
+    "created_at, updated_at, finished_at, environment, queue, priority, started_at"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (

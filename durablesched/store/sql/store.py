@@ -66,7 +66,12 @@ from durablesched.store.sql import (
     workers,
 )
 from durablesched.store.sql.borrowed import borrow
-from durablesched.store.sql.claiming import claim_with_ahead, claims_from_rows, queue_limits
+from durablesched.store.sql.claiming import (
+    claim_with_ahead,
+    claims_from_rows,
+    queue_limits,
+    record_starts,
+)
 from durablesched.store.sql.codec import dump, error_from_json, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
@@ -381,6 +386,7 @@ class SQLStore(Transactions):
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
         ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Group commit: every outcome, then a claim into the freed slots, in one transaction.
 
@@ -389,6 +395,8 @@ class SQLStore(Transactions):
         """
         steps = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
+            if started:
+                record_starts(self, conn, started, outcomes, now)
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
             self._add_totals(
                 conn, [(o.claim, r) for o, r in zip(outcomes, results, strict=True)], now
