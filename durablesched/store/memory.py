@@ -568,7 +568,9 @@ class MemoryStore:
                     )
             for (queue, _), ids in self._by_key.items():
                 cap = self._queues[queue].concurrency_per_key
-                running = sum(1 for i in ids if self._tasks[i].state is TaskState.RUNNING)
+                running = sum(
+                    1 for i in ids if i in self._tasks and self._tasks[i].state is TaskState.RUNNING
+                )
                 if cap is not None and running >= cap:
                     infos[queue]["keys_at_limit"] += 1
         return [infos[name] for name in sorted(infos)]
@@ -1120,9 +1122,11 @@ class MemoryStore:
         if cap is None:
             self._heads.pop((queue, key), None)
             return
-        tasks = [self._tasks[i] for i in self._by_key.get((queue, key), ())]
+        ids = self._by_key.get((queue, key), set())
+        ids &= self._tasks.keys()  # purged or deleted tasks leave
+        tasks = [self._tasks[i] for i in ids]
         head = self._heads.get((queue, key))
-        if head is not None and self._tasks[head].state not in CLAIMABLE:
+        if head is not None and (head not in ids or self._tasks[head].state not in CLAIMABLE):
             head = None
         running = sum(1 for t in tasks if t.state is TaskState.RUNNING)
         if head is None and running < cap:
