@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from durablesched import InvalidTaskError, QueueLimits, Scheduler, TaskRegistry
-from durablesched.records import ErrorInfo, NewTask, Outcome
+from durablesched import InvalidTaskError, ManualClock, QueueLimits, Scheduler, TaskRegistry
+from durablesched.metrics import metrics_text
+from durablesched.records import Claim, ErrorInfo, NewTask, Outcome
 
 from ..conftest import T0, BackendStore, at
 
@@ -29,14 +31,16 @@ def claimed(store: BackendStore, n: int = 10, when: float = 20, owner: str = "w"
 def finish(store: BackendStore, task_id: int, when: float = 21) -> None:
     task = store.get(task_id)
     assert task is not None
-    (claim,) = [c for c in _claims[id(store)] if c.task_id == task_id]
+    claim = [c for c in _claims[id(store)] if c.task_id == task_id][-1]  # this test's
     results, _ = store.record_and_claim(
         [Outcome(claim, result=None)], at(when), owner=claim.owner, limit=0, lease=LEASE
     )
     assert results != [None]
 
 
-_claims: dict[int, list] = {}  # type: ignore[type-arg]
+#: Claims taken, by store: an id may be reused by a later test's store, whose claims then
+#: come last.
+_claims: dict[int, list[Claim]] = {}
 
 
 def take(store: BackendStore, n: int = 10, when: float = 20) -> list[int]:
@@ -158,3 +162,17 @@ def test_the_scheduler_takes_limit_keys_from_submit_options_and_definitions(
         scheduler.submit("sync", {"order": 3, "customer": 7}, limit_key="")
     with pytest.raises(InvalidTaskError, match="concurrency per key must be a positive"):
         scheduler.set_queue("sync", concurrency_per_key=0)
+
+
+def test_metrics_count_keys_at_their_limit_per_queue(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    ids_of(store, [new("a"), new("a"), new("b"), new(None)])
+    take(store)
+    text = metrics_text(store, clock=ManualClock(at(20))).decode()
+    samples = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "durablesched_queue_keys_at_limit"
+        for s in f.samples
+    ]
+    assert {s.labels["queue"]: s.value for s in samples} == {"default": 0, "sync": 2}
