@@ -157,6 +157,21 @@ def test_the_scheduler_takes_limit_keys_from_submit_options_and_definitions(
     assert scheduler.get(by_definition.id).limit_key == "customer:7"
     assert scheduler.get(by_option.id).limit_key == "vip"
     assert scheduler.get(by_submit).limit_key == "other"
+    # Each call of a batch gets its own key from the definition, or the options' one.
+    many = scheduler.enqueue_many(
+        [sync.bind(order=4, customer=8), sync.bind(order=5, customer=9)]
+        + [sync.options(limit_key="vip").bind(order=6, customer=1)] * 2
+    )
+    assert [scheduler.get(h.id).limit_key for h in many] == [
+        "customer:8",
+        "customer:9",
+        "vip",
+        "vip",
+    ]
+    batch = scheduler.submit_many(
+        "sync", [{"order": 7, "customer": 3}, {"order": 8, "customer": 4}]
+    )
+    assert [scheduler.get(i).limit_key for i in batch] == ["customer:3", "customer:4"]
     assert [q.concurrency_per_key for q in scheduler.queues() if q.name == "sync"] == [1]
     with pytest.raises(InvalidTaskError, match="limit_key must be a non-empty string"):
         scheduler.submit("sync", {"order": 3, "customer": 7}, limit_key="")
