@@ -113,13 +113,20 @@ class StoreCollector:
             "per queue; the started ones are durablesched_tasks{state=RUNNING} minus these.",
             labels=["queue"],
         )
+        at_limit = GaugeMetricFamily(
+            "durablesched_queue_keys_at_limit",
+            "Limit keys of the queue with as many tasks RUNNING as its concurrency per key "
+            "allows (0 without a limit per key).",
+            labels=["queue"],
+        )
         for info in self.store.queue_info(now, finished=False):
             for state, count in info["counts"].items():
                 tasks.add_metric([info["name"], state], count)
             oldest.add_metric([info["name"]], info["oldest_waiting_seconds"] or 0.0)
             paused.add_metric([info["name"]], float(info["paused"]))
             ahead.add_metric([info["name"]], info["waiting"])
-        yield from (tasks, oldest, paused, ahead)
+            at_limit.add_metric([info["name"]], float(info["keys_at_limit"]))
+        yield from (tasks, oldest, paused, ahead, at_limit)
 
     def _attempts(self, totals: list[AttemptTotal]) -> Iterator[Metric]:
         family = CounterMetricFamily(

@@ -87,5 +87,6 @@ def record(row: Row[Any]) -> TaskRecord:
         queue=row.queue,
         priority=row.priority,
         trace=trace,
+        limit_key=row.limit_key,
         started_at=opt_time(row.started_at),
     )
