@@ -40,9 +40,14 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
     def finished() -> int:
         return count(db, "state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
 
+    def waiting() -> int:
+        return count(db, "state = 'RUNNING' AND started_at IS NULL")
+
     deadline = time.monotonic() + 240
+    ahead_seen = 0  # kills with claims ahead held somewhere, waiting for a slot
     while finished() < TASKS:
         assert time.monotonic() < deadline, f"only {finished()} of {TASKS} finished"
+        ahead_seen += waiting() > 0
         victim = live.pop(rng.randrange(len(live)))
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
@@ -66,6 +71,7 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
         f"{duplicates} duplicate external effects, {wall:.1f}s wall time"
     )
     assert kills >= 3
+    assert ahead_seen >= 1, "no kill found a claim ahead held: claim-ahead was not exercised"
 
 
 def reached(counter: Callable[[], int], target: int) -> Callable[[], bool]:
