@@ -445,7 +445,7 @@ class MemoryStore:
             add_ended(self._totals, claim, TaskState.CANCELLED, now)
             return True
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         released = 0
         with self._lock:
             for claim in claims:
@@ -454,7 +454,7 @@ class MemoryStore:
                     continue
                 released += 1
                 if task.cancel_requested_at is not None:
-                    self._finish(task, TaskState.CANCELLED, now, detail="cancelled at shutdown")
+                    self._finish(task, TaskState.CANCELLED, now, detail=f"cancelled {why}")
                     continue
                 check_transition(task.state, TaskState.PENDING, operator=True)
                 task = self._put(
@@ -469,7 +469,7 @@ class MemoryStore:
                 )
                 self._running.discard(task.id)
                 heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
-                self._event(task, now, f"given back by {claim.owner} at shutdown")
+                self._event(task, now, f"given back by {claim.owner} {why}")
         return released
 
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:

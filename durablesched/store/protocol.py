@@ -343,11 +343,13 @@ class Store(ScheduleStore, Protocol):
         """
         ...
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         """Give back valid claims a stopping worker cannot finish; returns how many.
 
         Each goes back to PENDING, due at once, without counting the attempt;
-        one whose cancellation was requested becomes CANCELLED instead.
+        one whose cancellation was requested becomes CANCELLED instead. ``why``
+        ends the history line ("given back by OWNER at shutdown"; a worker giving
+        back a claim ahead that waited too long says so).
         """
         ...
 

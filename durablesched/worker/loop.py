@@ -481,7 +481,7 @@ class Worker:
                 self._commit.hand_over(stopped, Outcome(stopped.claim, cancelled=True))
         stale = self._ahead.take_stale(self._ahead.stale_after)
         if stale:
-            self._give_back(stale, now)
+            self._give_back(stale, now, why="unstarted: claimed ahead, it waited past the window")
         while self._pool is not None:
             starting = self._next_waiting()
             if starting is None:
@@ -495,9 +495,9 @@ class Worker:
             return 0
         return self._give_back(waiting, self.scheduler.clock.now())
 
-    def _give_back(self, waiting: list[Running], now: datetime) -> int:
+    def _give_back(self, waiting: list[Running], now: datetime, *, why: str = "at shutdown") -> int:
         try:
-            released = self.scheduler.store.release([r.claim for r in waiting], now)
+            released = self.scheduler.store.release([r.claim for r in waiting], now, why=why)
         except DurableSchedError as e:
             # Their leases lapse and a reclaim takes them back (counted, as after a crash).
             log.error("could not give back %d task(s) claimed ahead: %s", len(waiting), e)

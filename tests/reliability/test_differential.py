@@ -773,7 +773,9 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         self.op = "release"
-        self.both("release", self.some_claims(data, data.draw(st.sampled_from(OWNERS))), self.now())
+        why = data.draw(st.sampled_from(["at shutdown", "unstarted"]), label="why")
+        claims = self.some_claims(data, data.draw(st.sampled_from(OWNERS)))
+        self.both("release", claims, self.now(), why=why)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), kind=st.sampled_from(["complete", "fail", "ack", "release", "group"]))

@@ -219,6 +219,9 @@ def test_a_claim_ahead_that_waits_too_long_is_given_back(
     task = scheduler.get(waiting)
     assert task is not None and (task.state, task.attempts) == (TaskState.PENDING, 0)
     assert worker.waiting_count == 0
+    assert scheduler.history(waiting)[-1].detail == (
+        "given back by w unstarted: claimed ahead, it waited past the window"
+    )
     tasks.release.set()
 
 

@@ -447,7 +447,7 @@ class SQLStore(Transactions):
         with self._read("reading the attempt totals") as conn:
             return read_totals(conn)
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         released = 0
         cancelled: list[int] = []
         with self._write("giving back unfinished tasks") as conn:
@@ -459,9 +459,9 @@ class SQLStore(Transactions):
                 released += 1
                 state = TaskState(row.state)
                 detail = (
-                    f"given back by {claim.owner} at shutdown"
+                    f"given back by {claim.owner} {why}"
                     if state is TaskState.PENDING
-                    else "cancelled at shutdown"
+                    else f"cancelled {why}"
                 )
                 self._event(conn, claim.task_id, now, state, row.attempts, detail)
                 if state is TaskState.CANCELLED:
