@@ -151,6 +151,50 @@ def test_a_commit_whose_fsync_outlasts_the_backoff_is_still_heard(
 
 
 @linux
+def test_a_commit_written_with_the_one_just_seen_is_still_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commits written back to back: the watcher takes both's WAL writes in one
+    look, and the first is visible when it reads while the second still waits for its
+    fsync. Seeing the first used to end the looking: the second stayed unheard until the
+    once-a-second check (a 1 s p99 wake-up of a waiting handle; here: never)."""
+    monkeypatch.setattr(DataVersionWatcher, "FILE_CHECK_INTERVAL", 3600.0)
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes()
+    assert watcher.uses_inotify
+    read = watcher._read
+    unchanged = read()
+    second_visible_at: list[float] = []
+
+    def lagging() -> int:  # after the writes: the first commit at once, the second later
+        if not second_visible_at:
+            return unchanged
+        return read() if time.monotonic() > second_visible_at[0] else unchanged - 1
+
+    monkeypatch.setattr(watcher, "_read", lagging)
+    commits: list[Exception | None] = []
+    second = threading.Event()
+
+    def seen(error: Exception | None) -> None:
+        commits.append(error)
+        if len(commits) == 2:
+            second.set()
+
+    other = SQLiteStore(tmp_path / "jobs.db")
+    try:
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        second_visible_at.append(time.monotonic() + 0.1)
+        watcher.start(seen)  # both commits' writes are waiting: one look takes them
+        assert second.wait(WAIT), commits
+        assert commits == [None, None]
+    finally:
+        other.close()
+        watcher.close()
+        store.close()
+
+
+@linux
 def test_a_busy_consumer_hears_nothing_until_it_nudges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,4 +319,29 @@ def test_a_file_removed_before_the_watch_starts_is_still_reported(tmp_path: Path
         assert "removed or replaced" in str(seen.errors[0])
     finally:
         watcher.close()
+        store.close()
+
+
+def test_finished_lines_notice_line_ids_given_again(tmp_path: Path) -> None:
+    """SQLite's finish watcher reads the history's lines after the last it read. Once
+    the newest lines are deleted (a deleted task's), their ids are given again: a look
+    that went on from the old id would miss a task finishing on those lines. It must
+    name the task, or say that any may have finished (None)."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    try:
+        first, second = (t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 2, T0))
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        other.complete(claim, None, T0)
+        assert lines._finished_since() == {first}
+        other.delete_task(first)  # the newest lines go: their ids are free again
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        assert claim.task_id == second
+        other.complete(claim, None, T0)
+        heard = lines._finished_since()
+        assert heard is None or second in heard, heard
+    finally:
+        lines.close()
+        other.close()
         store.close()
