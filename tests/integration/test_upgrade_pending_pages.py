@@ -1,4 +1,4 @@
-"""Migration 0012 (PENDING tasks in ix_tasks_state_created) on a database at 0011 with
+"""Migration 0014 (PENDING tasks in ix_tasks_state_created) on a database at 0013 with
 tasks in it: every task stays, PENDING pages walk the index, and the migration goes
 down (the index as 0009 made it) and up again."""
 
@@ -43,13 +43,13 @@ def definition(engine: Engine) -> str:
     return str(found)
 
 
-def test_0012_puts_pending_tasks_in_the_state_index_and_goes_back(
+def test_0014_puts_pending_tasks_in_the_state_index_and_goes_back(
     database: tuple[str, Engine],
 ) -> None:
     url, engine = database
     try:
         with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0011")
+            command.upgrade(alembic_config(conn), "0013")
         assert "PENDING" not in definition(engine)
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), "head")
@@ -63,7 +63,7 @@ def test_0012_puts_pending_tasks_in_the_state_index_and_goes_back(
         finally:
             opened.close()
         with engine.begin() as conn:
-            command.downgrade(alembic_config(conn), "0011")
+            command.downgrade(alembic_config(conn), "0013")
         assert "PENDING" not in definition(engine) and "RETRY_WAIT" in definition(engine)
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), "head")

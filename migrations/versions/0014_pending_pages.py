@@ -5,8 +5,8 @@ first does (it walked the whole list's order to its end before).
 Self-contained: one index dropped and made again with a wider WHERE; no table or row
 changes. docs/dashboard.md ("What the indexes cost") says what it costs a worker.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-04
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
