@@ -11,7 +11,7 @@ claim: their ``started_at`` is their ``updated_at``. A plain
 ADD COLUMN: neither database rewrites the table.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-04
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
