@@ -7,6 +7,7 @@ lease through its :class:`AttemptSignals`, which the attempt's
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -27,8 +28,11 @@ from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
+from durablesched.workflows.steps import StepEffect, StepLog, arun_step, run_step
 
 if TYPE_CHECKING:
+    from durablesched.retry import RetryPolicy
+
     from .scheduler import Scheduler
 
 
@@ -36,6 +40,8 @@ _EVENT_LOCK = threading.Lock()
 #: A typed child's arguments and result (see :meth:`TaskContext.enqueue`).
 Q = ParamSpec("Q")
 S = TypeVar("S")
+#: A step's result.
+R = TypeVar("R")
 
 
 class AttemptSignals:
@@ -131,6 +137,8 @@ class TaskContext:
         self.environment = Environment.THREAD
         #: ``time.monotonic()`` past which this attempt has overrun its timeout.
         self.deadline: float | None = None
+        #: The task's recorded steps, read at its first step (docs/workflows.md).
+        self._step_log: StepLog | None = None
 
     @property
     def task_id(self) -> int:
@@ -336,6 +344,75 @@ class TaskContext:
             child = tracer.carry(child)
         self.children.append(child)
         return TaskHandle(self.scheduler, None, task.definition.name)
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R:
+        """Run ``fn(*args)`` as this workflow's next step, named ``name``, once: its JSON
+        result is recorded under this attempt's claim, and every later attempt of the
+        task gets the recorded result back here without calling ``fn``.
+
+        A step identifies itself by ``name`` and its position (the order of the task's
+        ``step`` calls); replay finding another name recorded at the position raises
+        :class:`~durablesched.errors.WorkflowChanged`. ``fn`` raising is retried within
+        the attempt by ``retry`` (default: the task's policy) before the error reaches
+        the task. ``effect(connection, result)`` runs in the checkpoint's own
+        transaction (SQL backends): exactly once, as a success's effects are. The
+        result is returned as it reads back (a tuple as a list), on every attempt
+        alike. :class:`~durablesched.errors.CheckpointRefused` if the claim was lost.
+        """
+        result: R = run_step(self, self._steps(), name, fn, args, retry=retry, effect=effect)
+        return result
+
+    @overload
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Coroutine[Any, Any, R]],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R: ...
+    @overload
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R: ...
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> Any:
+        """:meth:`step` for an ``async def`` task: ``fn`` may be ``async def`` (awaited) or
+        plain; the store is called on a thread, so the event loop never blocks on it."""
+        log = self._step_log
+        if log is None:
+            log = await asyncio.to_thread(self._steps)
+        return await arun_step(self, log, name, fn, args, retry=retry, effect=effect)
+
+    def _steps(self) -> StepLog:
+        log = self._step_log
+        if log is None:
+            log = self._step_log = StepLog(self.scheduler.store.steps(self.task_id))
+        return log
 
     def on_success(self, effect: Effect) -> None:
         """Run ``effect(connection)`` inside the transaction that records success.

@@ -203,6 +203,20 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A workflow step's checkpoint (docs/workflows.md): the JSON ``result`` of the step
+    ``name`` at ``position`` (from 0) of task ``task_id``, recorded at ``recorded_at``
+    by attempt ``attempt`` under that attempt's claim."""
+
+    task_id: int
+    position: int
+    name: str
+    result: Any
+    recorded_at: datetime
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A worker's right to run one attempt of a task until ``lease_expires_at``.
 

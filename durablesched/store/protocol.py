@@ -28,6 +28,7 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    StepRecord,
     Submitted,
     TaskEvent,
     TaskQuery,
@@ -355,6 +356,35 @@ class Store(ScheduleStore, Protocol):
         ``retry_delay``. Re-checks state and expiry in the same step, so a task
         completed a moment earlier is never overwritten.
         """
+        ...
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def record_step(
+        self,
+        claim: Claim,
+        position: int,
+        name: str,
+        result: Any,
+        now: datetime,
+        *,
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        """Record a workflow step's checkpoint: ``result`` (JSON) of step ``name`` at
+        ``position`` of the claim's task, by the claim's attempt, at ``now``, and run
+        ``effects`` in the same transaction (SQL backends only, as :meth:`record_and_claim`
+        runs a success's).
+
+        Only under a valid claim (fenced as an outcome is: on PostgreSQL the task's row
+        is locked first, so a reclaim cannot slip in between the check and the commit).
+        False, with nothing written, if the claim is not valid or ``position`` is already
+        recorded; an effect that raises undoes everything and propagates. The task's
+        record and history do not change.
+        """
+        ...
+
+    def steps(self, task_id: int) -> list[StepRecord]:
+        """Every step checkpoint of the task, by position (empty for an unknown id)."""
         ...
 
     def next_wakeup(

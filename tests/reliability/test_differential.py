@@ -23,7 +23,9 @@ lockstep, comparing every answer:
   the dashboard's ``Console``: ``find_tasks`` (every filter alone and together,
   created-time ranges, a keyset cursor from a task's own or a shifted time,
   limits from 0), ``minute_counts`` (windows ending now or ahead) and
-  ``delete_task`` (finished, live and unknown tasks);
+  ``delete_task`` (finished, live and unknown tasks); workflows' ``record_step`` (held,
+  lost and forged claims, recorded positions, effects that commit or raise) and
+  ``steps`` of every task after every step;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -306,6 +308,7 @@ class ModelStore(MemoryStore):
                 for key, (holder, _, _) in list(self.recorded_keys.items()):
                     if holder == task_id:
                         del self.recorded_keys[key]
+                self._forget_steps(task_id)
             self._forget_heap_entries(doomed)
         return len(doomed)
 
@@ -743,6 +746,49 @@ class StoresAgree(RuleBasedStateMachine):
             assert self.memory.record_and_claim(outcomes, now, **extra) == ([None] * 3, [])
             assert self.sql.record_and_claim(outcomes, now, **extra) == ([None] * 3, [])
 
+    @precondition(lambda self: self.held)
+    @rule(
+        data=st.data(),
+        name=st.sampled_from(["charge", "ship"]),
+        result=st.integers(-3, 3),
+        effect=st.sampled_from([None, None, "ok", "raises"]),
+    )
+    def record_step(self, data: st.DataObject, name: str, result: int, effect: str | None) -> None:
+        """A workflow step's checkpoint by a held, lost, superseded or forged claim (after
+        any crash the machine made: abandoned leases, reclaims, claims again), at a
+        position recorded or not. SQL runs its effect (the memory store refuses one and
+        records the same checkpoint without): once, and undone with it if it raises."""
+        self.op = "step"
+        forged = [replace(c, fence=c.fence + 1) for c in self.held[-2:]]
+        claim = data.draw(st.sampled_from(self.held + forged), label="step claim")
+        position = data.draw(st.integers(0, 3), label="position")
+        now = self.now()
+        value = {"r": result}
+        if effect is None:
+            self.both("record_step", claim, position, name, value, now)
+            return
+        refused = outcome(
+            lambda: self.memory.record_step(
+                claim, position, name, value, now, effects=[_effect(claim.task_id, fails=False)]
+            )
+        )
+        assert refused is UnsupportedOperationError
+        would = self.is_valid(claim) and all(
+            s.position != position for s in self.memory.steps(claim.task_id)
+        )
+        fails = effect == "raises"
+        try:
+            got = self.sql.record_step(
+                claim, position, name, value, now, effects=[_effect(claim.task_id, fails=fails)]
+            )
+        except EffectFailed:
+            assert fails and would, "an effect ran for a checkpoint that was not to be recorded"
+            return
+        assert got is would, f"record_step: {self.sql.dialect.name} {got}, model {would}"
+        if got:
+            assert self.memory.record_step(claim, position, name, value, now)
+            self.effects.append(claim.task_id)
+
     @rule(
         data=st.data(),
         owner=st.sampled_from(OWNERS),
@@ -1012,6 +1058,12 @@ class StoresAgree(RuleBasedStateMachine):
         keys = {r.key: (r.task_id, from_db_time(r.recorded_at), _json(r.result)) for r in rows}
         assert self.memory.recorded_keys == keys
         assert [r.task_id for r in effects] == self.effects
+
+    @invariant()
+    def steps_match(self) -> None:
+        """Every task's checkpoints, alike on both (a purge or a delete takes them away)."""
+        for task_id in [*self.ids(), *UNKNOWN_IDS]:
+            assert self.memory.steps(task_id) == self.sql.steps(task_id), f"steps of {task_id}"
 
     @invariant()
     def the_attempts_view_reads_the_history_as_the_api_does(self) -> None:

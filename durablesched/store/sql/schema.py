@@ -311,3 +311,19 @@ attempt_totals = Table(
     Column("attempts", Id, nullable=False),
     Column("duration_us", Id, nullable=False),
 )
+
+# -- workflows (docs/workflows.md) ---------------------------------------------------------------
+
+#: A workflow step's checkpoint: its JSON result, recorded under the attempt's claim with
+#: the step's effects; replay reads them by position. Deleted with the task (purge).
+task_steps = Table(
+    "task_steps",
+    metadata,
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("result", Json),
+    Column("recorded_at", Time, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    CheckConstraint("position >= 0", name="ck_task_steps_position"),
+)

@@ -40,6 +40,7 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    StepRecord,
     Submitted,
     TaskEvent,
     TaskQuery,
@@ -66,6 +67,7 @@ from durablesched.store.sql import (
     reclaiming,
     scheduling,
     workers,
+    workflows,
 )
 from durablesched.store.sql.borrowed import borrow
 from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
@@ -430,6 +432,23 @@ class SQLStore(Transactions):
         (:mod:`durablesched.totals`): what the metrics' counters read."""
         with self._read("reading the attempt totals") as conn:
             return read_totals(conn)
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def record_step(
+        self,
+        claim: Claim,
+        position: int,
+        name: str,
+        result: Any,
+        now: datetime,
+        *,
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        return workflows.record_step(self, claim, position, name, result, now, effects)
+
+    def steps(self, task_id: int) -> list[StepRecord]:
+        return workflows.steps(self, task_id)
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0

@@ -1,0 +1,209 @@
+"""Workflow steps (docs/workflows.md): run once, recorded as a checkpoint, replayed after.
+
+A task that takes a context is a workflow as soon as it calls :meth:`TaskContext.step
+<durablesched.TaskContext.step>`: each call is one step, identified by its name and its
+position (0, 1, ... in the order the task calls them). The first attempt to reach a
+step runs it and records its JSON result under the attempt's claim (fenced: a zombie
+records nothing), with the step's database effects in the same transaction; every
+later attempt re-runs the task from the top and gets the recorded result back without
+calling the step. A recorded step of another name at a position is a changed workflow
+(:class:`~durablesched.errors.WorkflowChanged`), never a silently wrong result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from durablesched.errors import (
+    CheckpointRefused,
+    InvalidTaskError,
+    NoRetry,
+    TaskCancelled,
+    TaskTimeout,
+    UnsupportedOperationError,
+    WorkerStopping,
+    WorkflowChanged,
+)
+from durablesched.records import Environment, StepRecord
+from durablesched.retry import DEFAULT_RETRY, RetryPolicy
+from durablesched.submission import canonical_json
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from durablesched.context import TaskContext
+
+#: A step's database effect: called with the checkpoint's connection and the step's result.
+StepEffect = Callable[["Connection", Any], object]
+#: What a step's own failures never retry: the attempt is over (cancel, timeout,
+#: shutdown, a refused checkpoint) or the failure is final.
+_NOT_RETRIED = (TaskCancelled, TaskTimeout, WorkerStopping, CheckpointRefused, NoRetry)
+
+
+class StepLog:
+    """One attempt's view of its task's checkpoints: read once, at its first step."""
+
+    __slots__ = ("position", "recorded")
+
+    def __init__(self, recorded: list[StepRecord]) -> None:
+        self.recorded = {s.position: s for s in recorded}
+        #: The position of the next step the task calls.
+        self.position = 0
+
+    def next(self, task: str, name: str) -> tuple[int, StepRecord | None]:
+        """The next step's position and its checkpoint, if recorded; WorkflowChanged if
+        a step of another name was recorded there."""
+        position = self.position
+        self.position += 1
+        found = self.recorded.get(position)
+        if found is not None and found.name != name:
+            raise WorkflowChanged(
+                f"task {task!r} (id {found.task_id}) changed under a workflow in flight: step "
+                f"{position} is {name!r} in this code but {found.name!r} was recorded there "
+                "(docs/workflows.md, 'Deploying changed workflow code')"
+            )
+        return position, found
+
+
+def check_step(ctx: TaskContext, name: str) -> None:
+    """Refuse what no step can do: a name that is no string, the process environment;
+    stop at once if the attempt should (a cancel request, a lost lease, its timeout)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTaskError(f"a step's name must be a non-empty string, got {name!r}")
+    if ctx.environment == Environment.PROCESS:
+        raise UnsupportedOperationError(
+            f"task {ctx.name!r} runs in the process environment, where a step's checkpoint "
+            "cannot be recorded (the child has no database connection): run workflows in "
+            "the thread or async environment (docs/workflows.md)"
+        )
+    ctx.raise_if_cancelled()
+
+
+def policy_of(ctx: TaskContext, retry: RetryPolicy | None) -> RetryPolicy:
+    registry = ctx.scheduler.registry
+    if retry is not None:
+        return retry
+    return DEFAULT_RETRY if registry is None else registry.retry_policy(ctx.name)
+
+
+def retried(policy: RetryPolicy, tries: int, exc: Exception) -> float | None:
+    """Seconds to wait before trying a step again after its ``tries``-th failure, or None
+    if the failure goes to the task."""
+    if isinstance(exc, _NOT_RETRIED) or tries >= policy.max_attempts or not policy.retries(exc):
+        return None
+    return policy.delay(tries).total_seconds()
+
+
+def stored(ctx: TaskContext, name: str, value: Any) -> Any:
+    """The step's result as it will read back on replay (a tuple as a list, ...); a value
+    JSON cannot hold fails the task at once (the step ran: a retry would repeat it)."""
+    try:
+        return canonical_json(value, f"the result of step {name!r} of task {ctx.name!r}")
+    except InvalidTaskError as exc:
+        raise NoRetry(str(exc)) from exc
+
+
+def refused(ctx: TaskContext, position: int, name: str) -> CheckpointRefused:
+    return CheckpointRefused(
+        f"step {position} ({name!r}) of task {ctx.task_id} was not recorded: attempt "
+        f"{ctx.attempt}'s claim is no longer valid (its lease was lost); this attempt stops"
+    )
+
+
+def effects_of(
+    effect: StepEffect | None, result: Any
+) -> tuple[Callable[[Connection], object], ...]:
+    if effect is None:
+        return ()
+    return (lambda conn: effect(conn, result),)
+
+
+def run_step(
+    ctx: TaskContext,
+    log: StepLog,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    retry: RetryPolicy | None,
+    effect: StepEffect | None,
+) -> Any:
+    """:meth:`TaskContext.step`, on the task's thread."""
+    check_step(ctx, name)
+    position, found = log.next(ctx.name, name)
+    if found is not None:
+        return found.result
+    policy = policy_of(ctx, retry)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            value = fn(*args)
+            break
+        except Exception as exc:
+            wait = retried(policy, tries, exc)
+            if wait is None:
+                raise
+            ctx.sleep(wait)  # raises at once on a cancel, a lost lease, the shutdown
+    result = stored(ctx, name, value)
+    store = ctx.scheduler.store
+    if not store.record_step(
+        ctx.claim, position, name, result, ctx.now(), effects=effects_of(effect, result)
+    ):
+        raise refused(ctx, position, name)
+    return result
+
+
+async def arun_step(
+    ctx: TaskContext,
+    log: StepLog,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    retry: RetryPolicy | None,
+    effect: StepEffect | None,
+) -> Any:
+    """:meth:`TaskContext.astep`, on the event loop: the store is called on a thread."""
+    check_step(ctx, name)
+    position, found = log.next(ctx.name, name)
+    if found is not None:
+        return found.result
+    policy = policy_of(ctx, retry)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            value = fn(*args)
+            if inspect.isawaitable(value):
+                value = await value
+            break
+        except Exception as exc:
+            wait = retried(policy, tries, exc)
+            if wait is None:
+                raise
+            end = time.monotonic() + wait
+            while time.monotonic() < end:  # a cancel arrives as CancelledError meanwhile
+                ctx.raise_if_cancelled()
+                if ctx.shutdown_requested:
+                    raise WorkerStopping(
+                        f"task {ctx.task_id}: its worker is stopping; it is given back"
+                    ) from exc
+                await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    result = stored(ctx, name, value)
+    recorded = await asyncio.to_thread(
+        ctx.scheduler.store.record_step,
+        ctx.claim,
+        position,
+        name,
+        result,
+        ctx.now(),
+        effects=effects_of(effect, result),
+    )
+    if not recorded:
+        raise refused(ctx, position, name)
+    return result
