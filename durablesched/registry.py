@@ -7,7 +7,17 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
 from durablesched.clock import positive_duration
 from durablesched.errors import (
@@ -393,9 +403,9 @@ class Task(Generic[P, R]):
         return f"<Task {self.name!r}: {self.definition.call_signature()}>"
 
 
-@dataclass(frozen=True, slots=True)
-class TaskCall(Generic[R]):
-    """A task with its arguments, not yet stored (``task.bind(...)``)."""
+class TaskCall(NamedTuple, Generic[R]):
+    """A task with its arguments, not yet stored (``task.bind(...)``). A named tuple: a
+    batch makes one per call."""
 
     task: Task[..., Any]
     args: tuple[Any, ...]

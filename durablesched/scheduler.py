@@ -26,7 +26,7 @@ from durablesched.registry import Task, TaskCall, TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
-from durablesched.submission import MAX_INT64, build_many, build_task
+from durablesched.submission import MAX_INT64, FurtherCalls, build_many, build_task
 from durablesched.tracing import tracing_hook
 from durablesched.waiting import Waiters
 
@@ -139,32 +139,43 @@ class Scheduler:
         if not items:
             return []
         connection = items[0].task.submit_options.connection
-        if any(c.task.submit_options.connection is not connection for c in items):
-            raise InvalidTaskError("the calls of one enqueue_many must share one connection=")
-        names = [c.task.definition.name for c in items]
+        built: list[NewTask] = []
 
         def build() -> list[NewTask]:
             now = self.clock.now()
             registry = self.registry
             new = []
+            # A task's options are checked with its first call; its further calls
+            # only their arguments, as submit_many checks its batch.
+            further: dict[int, FurtherCalls] = {}
             for call in items:
-                definition, options = call.task.definition, call.task.submit_options
-                new.append(
-                    build_task(
-                        definition.name,
-                        call.kwargs,
-                        now=now,
-                        at=options.at,
-                        delay=options.delay,
-                        max_attempts=options.max_attempts,
-                        key=options.key,
-                        registry=registry,
-                        queue=options.queue,
-                        priority=options.priority,
-                        positional=call.args or None,
-                        definition=definition,
+                task, positional = call.task, call.args or None
+                calls = further.get(id(task))
+                if calls is not None:
+                    new.append(calls.build(call.kwargs, positional))
+                    continue
+                definition, options = task.definition, task.submit_options
+                if options.connection is not connection:
+                    raise InvalidTaskError(
+                        "the calls of one enqueue_many must share one connection="
                     )
+                first = build_task(
+                    definition.name,
+                    call.kwargs,
+                    now=now,
+                    at=options.at,
+                    delay=options.delay,
+                    max_attempts=options.max_attempts,
+                    key=options.key,
+                    registry=registry,
+                    queue=options.queue,
+                    priority=options.priority,
+                    positional=positional,
+                    definition=definition,
                 )
+                further[id(task)] = FurtherCalls(first, definition, len(call.args))
+                new.append(first)
+            built[:] = new
             return new
 
         def store(tasks: list[NewTask]) -> list[Submitted]:
@@ -174,9 +185,10 @@ class Scheduler:
         if tracer is None:
             submitted = store(build())
         else:
-            label = names[0] if len(set(names)) == 1 else "several tasks"
+            names = {c.task.definition.name for c in items}
+            label = next(iter(names)) if len(names) == 1 else "several tasks"
             submitted = tracer.submit(label, build, store, batch=True)
-        return [TaskHandle(self, s.task_id, n) for s, n in zip(submitted, names, strict=True)]
+        return [TaskHandle(self, s.task_id, t.name) for s, t in zip(submitted, built, strict=True)]
 
     @overload
     def handle(self, task_id: int, task: Task[..., Coroutine[Any, Any, S]]) -> TaskHandle[S]: ...

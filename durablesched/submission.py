@@ -232,6 +232,40 @@ def build_many(
     return tasks
 
 
+class FurtherCalls:
+    """The calls of one task with one set of options after its first, which
+    :func:`build_task` checked whole: each further call only its arguments, and their
+    binding once per shape of argument names (as :func:`build_many` does)."""
+
+    __slots__ = ("_definition", "_first", "_fits", "_what")
+
+    def __init__(
+        self, first: NewTask, definition: TaskDefinition | None, positional_count: int
+    ) -> None:
+        self._first = first
+        self._definition = definition
+        self._fits = {(tuple(first.args), positional_count)}
+        self._what = API_NAMES["args"].format(name=first.name)
+
+    def build(self, args: Mapping[str, Any] | None, positional: Sequence[Any] | None) -> NewTask:
+        first = self._first
+        checked, args_json = check_args(args, self._what, positional)
+        shape = (tuple(checked), len(positional or ()))
+        if shape not in self._fits:
+            _check_binding(self._definition, checked, self._what)
+            self._fits.add(shape)
+        return NewTask(
+            first.name,
+            checked,
+            first.due_at,
+            first.max_attempts,
+            first.idempotency_key,
+            args_json,
+            first.queue,
+            first.priority,
+        )
+
+
 def check_name(name: object, what: str = API_NAMES["name"]) -> None:
     """A non-empty printable string of at most MAX_NAME_LENGTH characters."""
     if not isinstance(name, str) or not name.strip():

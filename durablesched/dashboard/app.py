@@ -197,7 +197,7 @@ class Pages:
     async def logout(self, request: Request) -> Response:
         form = await request.form()
         if not same(str(form.get(CSRF_FIELD) or ""), request.state.csrf):
-            raise HTTPException(403, "refused: the form's CSRF self.token is missing or stale")
+            raise HTTPException(403, "refused: the form's CSRF token is missing or stale")
         response = RedirectResponse(f"{request.scope.get('root_path', '')}/login", 303)
         response.raw_headers.append(
             (b"set-cookie", cookie_header(request.scope, SESSION_COOKIE, "", max_age=0))

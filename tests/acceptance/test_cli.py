@@ -458,8 +458,10 @@ def test_log_level_warning_keeps_alembic_quiet_on_a_new_database(tmp_path: Path)
         "--app",
         "tests.processes.app:registry",
         "--burst",
+        "--log-level",
+        "debug",
         db=tmp_path / "other.db",
         env={"DS_TEST_DIR": str(tmp_path)},
     )
-    assert "alembic" in loud.stderr  # at info they show: the quiet run would show them
+    assert "alembic" in loud.stderr  # at debug they show: the quiet run would show them
     assert f"database {tmp_path / 'other.db'}, app tests.processes.app:registry" in loud.stderr

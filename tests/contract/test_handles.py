@@ -173,9 +173,12 @@ def test_enqueue_many_stores_all_or_none(sched: Scheduler) -> None:
     assert len({h.id for h in handles}) == 6
     run_due(sched)
     assert [h.result() for h in handles[:5]] == [0, 2, 4, 6, 8]
-    with pytest.raises(InvalidTaskError):
-        sched.enqueue_many([add.bind(1), add.bind(2, zzz=3)])
-    assert len(sched.list_tasks()) == 6  # the bad batch stored nothing
+    # A task's later calls are checked too (its options once, each shape of arguments
+    # once), and a task given other options is another task.
+    for bad in (add.bind(2, zzz=3), add.bind(1, 2, 3), add.options(priority=1000).bind(1)):
+        with pytest.raises(InvalidTaskError):
+            sched.enqueue_many([add.bind(1), bad])
+    assert len(sched.list_tasks()) == 6  # the bad batches stored nothing
     assert sched.enqueue_many([]) == []
 
 

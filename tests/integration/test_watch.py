@@ -151,6 +151,50 @@ def test_a_commit_whose_fsync_outlasts_the_backoff_is_still_heard(
 
 
 @linux
+def test_a_commit_written_with_the_one_just_seen_is_still_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commits written back to back: the watcher takes both's WAL writes in one
+    look, and the first is visible when it reads while the second still waits for its
+    fsync. Seeing the first used to end the looking: the second stayed unheard until the
+    once-a-second check (a 1 s p99 wake-up of a waiting handle; here: never)."""
+    monkeypatch.setattr(DataVersionWatcher, "FILE_CHECK_INTERVAL", 3600.0)
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes()
+    assert watcher.uses_inotify
+    read = watcher._read
+    unchanged = read()
+    second_visible_at: list[float] = []
+
+    def lagging() -> int:  # after the writes: the first commit at once, the second later
+        if not second_visible_at:
+            return unchanged
+        return read() if time.monotonic() > second_visible_at[0] else unchanged - 1
+
+    monkeypatch.setattr(watcher, "_read", lagging)
+    commits: list[Exception | None] = []
+    second = threading.Event()
+
+    def seen(error: Exception | None) -> None:
+        commits.append(error)
+        if len(commits) == 2:
+            second.set()
+
+    other = SQLiteStore(tmp_path / "jobs.db")
+    try:
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        other.submit([NewTask("t", {}, T0, 1)], T0)
+        second_visible_at.append(time.monotonic() + 0.1)
+        watcher.start(seen)  # both commits' writes are waiting: one look takes them
+        assert second.wait(WAIT), commits
+        assert commits == [None, None]
+    finally:
+        other.close()
+        watcher.close()
+        store.close()
+
+
+@linux
 def test_a_busy_consumer_hears_nothing_until_it_nudges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1191,7 +1191,8 @@ class PostgresAgrees(StoresAgree):
             conn.execute(
                 text(
                     "TRUNCATE tasks, task_events, idempotency_keys, effect_log, "
-                    "durablesched_queue_starts, durablesched_workers CASCADE"
+                    "durablesched_queue_starts, durablesched_workers, "
+                    "durablesched_attempt_totals CASCADE"
                 )
             )
             conn.execute(text("DELETE FROM durablesched_queues WHERE name <> 'default'"))

@@ -599,8 +599,13 @@ class DataVersionWatcher:
             except DurableSchedError as e:
                 on_change(e)
                 return
+            if written:
+                written_at = time.monotonic()
             if changed:
-                recheck = None
+                # The writes just taken may hold a second commit still waiting for its
+                # fsync: go on looking, backing off, until PENDING after the last write.
+                pending = time.monotonic() - written_at < self.PENDING
+                recheck = 2 * self.SETTLE if pending else None
                 # Cleared before asking: a nudge made once the consumer has
                 # answered that it is busy ends the quiet at once, and is never lost.
                 self._nudged.clear()
@@ -608,7 +613,6 @@ class DataVersionWatcher:
                     self._nudged.wait(self.QUIET)
             elif written:
                 recheck = self.SETTLE
-                written_at = time.monotonic()
             elif recheck is not None:
                 pending = time.monotonic() - written_at < self.PENDING
                 recheck = min(recheck * 2, 0.064) if pending else None
