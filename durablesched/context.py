@@ -28,7 +28,7 @@ from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
-from durablesched.workflows.steps import StepEffect, StepLog, arun_step, run_step
+from durablesched.workflows.steps import StepEffect, StepLog, arun_step, run_step, sleep_until
 
 if TYPE_CHECKING:
     from durablesched.retry import RetryPolicy
@@ -139,6 +139,8 @@ class TaskContext:
         self.deadline: float | None = None
         #: The task's recorded steps, read at its first step (docs/workflows.md).
         self._step_log: StepLog | None = None
+        #: A durable wait suspended the workflow: this attempt's claim is given up.
+        self.suspended = False
 
     @property
     def task_id(self) -> int:
@@ -251,6 +253,12 @@ class TaskContext:
         counted: the next worker runs the task again). Let them propagate. A task
         that has something to save first uses :meth:`wait` and returns or raises.
         """
+        if isinstance(seconds, timedelta):
+            raise InvalidTaskError(
+                "ctx.sleep(seconds) waits within the attempt; a durable sleep that holds "
+                "no slot is ctx.sleep_for(timedelta) or ctx.sleep_until(datetime) "
+                "(docs/workflows.md)"
+            )
         end = time.monotonic() + max(0.0, seconds)
         while True:
             self.raise_if_cancelled()
@@ -407,6 +415,23 @@ class TaskContext:
         if log is None:
             log = await asyncio.to_thread(self._steps)
         return await arun_step(self, log, name, fn, args, retry=retry, effect=effect)
+
+    def sleep_until(self, at: datetime) -> None:
+        """A durable sleep: this workflow goes on at ``at`` (timezone-aware), holding no
+        worker, thread or slot meanwhile. Recorded as a step named ``sleep`` (its wake
+        time), so a replay keeps the time first set. If ``at`` is still to come, the
+        attempt ends here, not counted, by raising
+        :class:`~durablesched.errors.WorkflowSuspended` (let it propagate): the task is
+        PENDING, due at ``at``, and the attempt claimed then replays past the sleep.
+        """
+        sleep_until(self, self._steps(), at)
+
+    def sleep_for(self, delay: timedelta) -> None:
+        """:meth:`sleep_until` ``now() + delay``, ``now()`` read the first time this step
+        is reached (a replay keeps that wake time)."""
+        if not isinstance(delay, timedelta):
+            raise InvalidTaskError(f"sleep_for takes a timedelta, got {delay!r}")
+        sleep_until(self, self._steps(), self.now() + delay)
 
     def _steps(self) -> StepLog:
         log = self._step_log

@@ -130,6 +130,12 @@ class WorkflowChanged(NoRetry):
     steps. docs/workflows.md says how to deploy changed workflow code."""
 
 
+class WorkflowSuspended(DurableSchedError):
+    """Raised by a durable wait (``ctx.sleep_until``, ``ctx.sleep_for``) once it has
+    suspended the workflow: the attempt ends here, not counted, and the task is due
+    again at its wake time. Let it propagate: the claim is no longer this attempt's."""
+
+
 class CheckpointRefused(DurableSchedError):
     """A step's checkpoint was not recorded: the attempt's claim is no longer valid (its
     lease was lost and another attempt may run), so this attempt must not go on. Nothing

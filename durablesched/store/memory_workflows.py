@@ -8,13 +8,16 @@ declared here.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from durablesched.errors import UnsupportedOperationError
-from durablesched.records import Claim, StepRecord, TaskRecord
+from durablesched.records import Claim, ErrorInfo, StepRecord, TaskRecord
+from durablesched.states import TaskState, check_transition
 from durablesched.store.protocol import Effect
 
 
@@ -22,12 +25,62 @@ class MemoryWorkflows:
     """Step checkpoints, by task id, in position order."""
 
     _lock: threading.Lock
+    _heap: list[tuple[datetime, int, int]]
+    _running: set[int]
 
     def __init__(self) -> None:
         self._steps: dict[int, list[StepRecord]] = {}
 
+    # The store's own (MemoryStore defines each; these only declare them here).
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:
-        raise NotImplementedError  # the store's own
+        raise NotImplementedError
+
+    def _put(self, task: TaskRecord) -> TaskRecord:
+        raise NotImplementedError
+
+    def _event(
+        self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def _finish(
+        self,
+        task: TaskRecord,
+        state: TaskState,
+        now: datetime,
+        *,
+        result: Any = None,
+        error: ErrorInfo | None = None,
+        detail: str | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    def suspend(
+        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+    ) -> TaskState | None:
+        with self._lock:
+            task = self._valid(claim, claim.owner, now)
+            if task is None:
+                return None
+            if task.cancel_requested_at is not None:
+                self._finish(task, TaskState.CANCELLED, now, detail="cancelled while suspending")
+                return TaskState.CANCELLED
+            check_transition(task.state, TaskState.PENDING, operator=True)
+            task = self._put(
+                replace(
+                    task,
+                    state=TaskState.PENDING,
+                    due_at=until,
+                    attempts=task.attempts - 1,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            )
+            self._running.discard(task.id)
+            heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+            self._event(task, now, detail)
+            return TaskState.PENDING
 
     def record_step(
         self,

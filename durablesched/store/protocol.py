@@ -383,6 +383,19 @@ class Store(ScheduleStore, Protocol):
         """
         ...
 
+    def suspend(
+        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+    ) -> TaskState | None:
+        """End a workflow's attempt without counting it: the task goes back to PENDING due
+        at ``until`` (its wake time), its lease and slot given up, with the history line
+        ``detail`` (what it waits for). One whose cancellation was requested becomes
+        CANCELLED instead. None, with nothing written, if the claim is not valid.
+
+        What a durable sleep does (docs/workflows.md): no worker holds the task while
+        it waits, and only its due time brings it back (a claim, as any task).
+        """
+        ...
+
     def steps(self, task_id: int) -> list[StepRecord]:
         """Every step checkpoint of the task, by position (empty for an unknown id)."""
         ...

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import (
@@ -27,6 +28,7 @@ from durablesched.errors import (
     UnsupportedOperationError,
     WorkerStopping,
     WorkflowChanged,
+    WorkflowSuspended,
 )
 from durablesched.records import Environment, StepRecord
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
@@ -41,7 +43,16 @@ if TYPE_CHECKING:
 StepEffect = Callable[["Connection", Any], object]
 #: What a step's own failures never retry: the attempt is over (cancel, timeout,
 #: shutdown, a refused checkpoint) or the failure is final.
-_NOT_RETRIED = (TaskCancelled, TaskTimeout, WorkerStopping, CheckpointRefused, NoRetry)
+_NOT_RETRIED = (
+    TaskCancelled,
+    TaskTimeout,
+    WorkerStopping,
+    CheckpointRefused,
+    NoRetry,
+    WorkflowSuspended,
+)
+#: The step a durable sleep records: its wake time.
+SLEEP = "sleep"
 
 
 class StepLog:
@@ -207,3 +218,27 @@ async def arun_step(
     if not recorded:
         raise refused(ctx, position, name)
     return result
+
+
+def sleep_until(ctx: TaskContext, log: StepLog, at: datetime) -> None:
+    """:meth:`TaskContext.sleep_until`: a step recording the wake time (the first time
+    reached: later attempts keep it), then, if it is still to come, the suspension."""
+    if not isinstance(at, datetime) or at.tzinfo is None:
+        raise InvalidTaskError(f"a wake time must be a timezone-aware datetime, got {at!r}")
+    check_step(ctx, SLEEP)
+    position, found = log.next(ctx.name, SLEEP)
+    now = ctx.now()
+    store = ctx.scheduler.store
+    if found is None:
+        wake = at
+        if not store.record_step(ctx.claim, position, SLEEP, wake.isoformat(), now):
+            raise refused(ctx, position, SLEEP)
+    else:
+        wake = datetime.fromisoformat(found.result)
+    if wake <= now:
+        return
+    detail = f"suspended at step {position}: sleeping until {wake.isoformat()}"
+    if store.suspend(ctx.claim, wake, now, detail=detail) is None:
+        raise refused(ctx, position, SLEEP)
+    ctx.suspended = True
+    raise WorkflowSuspended(f"task {ctx.task_id} {detail}")

@@ -24,8 +24,9 @@ lockstep, comparing every answer:
   created-time ranges, a keyset cursor from a task's own or a shifted time,
   limits from 0), ``minute_counts`` (windows ending now or ahead) and
   ``delete_task`` (finished, live and unknown tasks); workflows' ``record_step`` (held,
-  lost and forged claims, recorded positions, effects that commit or raise) and
-  ``steps`` of every task after every step;
+  lost and forged claims, recorded positions, effects that commit or raise), ``suspend``
+  (wake times past and to come, cancel requests) and ``steps`` of every task after
+  every step;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -186,6 +187,7 @@ ALLOWED: dict[str, frozenset[Move]] = {
         {(S.RUNNING, S.RETRY_WAIT), (S.RUNNING, S.FAILED), (S.RUNNING, S.CANCELLED)}
     ),
     "requeue": frozenset({(S.FAILED, S.PENDING), (S.CANCELLED, S.PENDING)}),
+    "suspend": frozenset({(S.RUNNING, S.PENDING), (S.RUNNING, S.CANCELLED)}),
 }
 assert all(
     m in TRANSITIONS | OPERATOR_TRANSITIONS or m[0] is None for ms in ALLOWED.values() for m in ms
@@ -1058,6 +1060,17 @@ class StoresAgree(RuleBasedStateMachine):
         keys = {r.key: (r.task_id, from_db_time(r.recorded_at), _json(r.result)) for r in rows}
         assert self.memory.recorded_keys == keys
         assert [r.task_id for r in effects] == self.effects
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), wake_in=st.integers(-5, 60))
+    def suspend(self, data: st.DataObject, wake_in: int) -> None:
+        """A workflow's durable wait ends its attempt uncounted, due at the wake time (a
+        past one too), by a held, lost or forged claim; CANCELLED if asked to stop."""
+        self.op = "suspend"
+        forged = [replace(c, fence=c.fence + 1) for c in self.held[-2:]]
+        claim = data.draw(st.sampled_from(self.held + forged), label="suspend claim")
+        now = self.now()
+        self.both("suspend", claim, now + timedelta(seconds=wake_in), now, detail="sleeping")
 
     @invariant()
     def steps_match(self) -> None:

@@ -450,6 +450,11 @@ class SQLStore(Transactions):
     def steps(self, task_id: int) -> list[StepRecord]:
         return workflows.steps(self, task_id)
 
+    def suspend(
+        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+    ) -> TaskState | None:
+        return workflows.suspend(self, claim, until, now, detail)
+
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0
         cancelled: list[int] = []

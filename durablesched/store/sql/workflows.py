@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from durablesched.records import Claim, StepRecord
+from durablesched.states import TaskState
 from durablesched.store.protocol import Effect
 from durablesched.store.sql.codec import dump, from_db_time
 from durablesched.store.sql.outcomes import claim_params
@@ -29,6 +30,17 @@ SQL_INSERT_STEP = text(
     "INSERT INTO task_steps (task_id, position, name, result, recorded_at, attempt) "
     "VALUES (:id, :position, :name, :result, :now, :attempt) "
     "ON CONFLICT (task_id, position) DO NOTHING"
+)
+#: A workflow's attempt ends uncounted: PENDING due at its wake time (CANCELLED instead if
+#: a cancellation was requested), as a give-back at shutdown but due later.
+SQL_SUSPEND = text(
+    "UPDATE tasks SET state = CASE WHEN cancel_requested_at IS NULL THEN 'PENDING' "
+    "ELSE 'CANCELLED' END, "
+    "attempts = CASE WHEN cancel_requested_at IS NULL THEN attempts - 1 ELSE attempts END, "
+    "due_at = CASE WHEN cancel_requested_at IS NULL THEN :until ELSE due_at END, "
+    "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
+    "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
+    f"WHERE {VALID} RETURNING state, attempts"
 )
 #: A task's checkpoints, by position.
 SQL_STEPS = text(
@@ -69,6 +81,24 @@ def record_step(  # noqa: PLR0917 - a checkpoint's fields, as the protocol takes
         return True
 
 
+def suspend(
+    tx: Transactions, claim: Claim, until: datetime, now: datetime, detail: str
+) -> TaskState | None:
+    """``Store.suspend``."""
+    with tx._write(f"suspending task {claim.task_id}") as conn:
+        params = {**claim_params(tx, claim, now), "until": tx._t(until)}
+        row = conn.execute(SQL_SUSPEND, params).first()
+        if row is None:
+            return None
+        state = TaskState(row.state)
+        if state is TaskState.CANCELLED:
+            detail = "cancelled while suspending"
+            tx._tell_finished(conn, (claim.task_id,))
+        tx._event(conn, claim.task_id, now, state, row.attempts, detail)
+        tx._wake_others(conn)  # its due time may be sooner than a sleeping worker's next
+        return state
+
+
 def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
     """``Store.steps``."""
     with tx._read(f"reading the steps of task {task_id}") as conn:
@@ -86,4 +116,4 @@ def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
     ]
 
 
-__all__ = ["record_step", "steps"]
+__all__ = ["record_step", "steps", "suspend"]
