@@ -28,7 +28,14 @@ from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
-from durablesched.workflows.steps import StepEffect, StepLog, arun_step, run_step, sleep_until
+from durablesched.workflows.steps import (
+    StepEffect,
+    StepLog,
+    arun_step,
+    run_step,
+    sleep_until,
+    wait_for_signal,
+)
 
 if TYPE_CHECKING:
     from durablesched.retry import RetryPolicy
@@ -432,6 +439,19 @@ class TaskContext:
         if not isinstance(delay, timedelta):
             raise InvalidTaskError(f"sleep_for takes a timedelta, got {delay!r}")
         sleep_until(self, self._steps(), self.now() + delay)
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None = None) -> Any:
+        """The payload of a signal ``name`` sent to this task (``scheduler.signal``, the
+        CLI's ``durablesched signal``), or None once ``timeout`` passed without one.
+
+        A signal sent before the wait is kept for it; each signal is taken by one wait,
+        oldest first; a replay returns the same payload to the same wait. While none has
+        come, the workflow suspends as :meth:`sleep_until` does (``WorkflowSuspended``:
+        let it propagate), PENDING until the signal arrives (which makes it due at once)
+        or the timeout passes. Recorded as two steps, ``wait:<name>`` (the deadline) and
+        ``signal:<name>`` (what came).
+        """
+        return wait_for_signal(self, self._steps(), name, timeout)
 
     def _steps(self) -> StepLog:
         log = self._step_log

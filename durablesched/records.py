@@ -217,6 +217,20 @@ class StepRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal sent to a task (docs/workflows.md): its JSON ``payload``, and, once a
+    wait took it, when and at which step position."""
+
+    id: int
+    task_id: int
+    name: str
+    payload: Any
+    sent_at: datetime
+    consumed_at: datetime | None = None
+    consumed_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A worker's right to run one attempt of a task until ``lease_expires_at``.
 

@@ -652,7 +652,7 @@ class MemoryStore(MemoryWorkflows):
                 )
             del self._tasks[task_id]
             del self._events[task_id]
-            self._forget_steps(task_id)
+            self._forget_workflow(task_id)
             key = task.idempotency_key
             if key is not None and self._keys.get(key) == task_id:
                 del self._keys[key]

@@ -15,9 +15,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from durablesched.errors import UnsupportedOperationError
-from durablesched.records import Claim, ErrorInfo, StepRecord, TaskRecord
-from durablesched.states import TaskState, check_transition
+from durablesched.errors import (
+    InvalidTransitionError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from durablesched.records import Claim, ErrorInfo, SignalRecord, StepRecord, TaskRecord
+from durablesched.states import TERMINAL, TaskState, check_transition
 from durablesched.store.protocol import Effect
 
 
@@ -27,9 +31,16 @@ class MemoryWorkflows:
     _lock: threading.Lock
     _heap: list[tuple[datetime, int, int]]
     _running: set[int]
+    _tasks: dict[int, TaskRecord]
+    _stale: int
 
     def __init__(self) -> None:
         self._steps: dict[int, list[StepRecord]] = {}
+        #: Signals by task, oldest first; ids from one counter, as the SQL's.
+        self._signals: dict[int, list[SignalRecord]] = {}
+        self._signal_ids = 0
+        #: The signal each suspended workflow waits for (task_waits).
+        self._waits: dict[int, str] = {}
 
     # The store's own (MemoryStore defines each; these only declare them here).
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:
@@ -56,7 +67,13 @@ class MemoryWorkflows:
         raise NotImplementedError
 
     def suspend(
-        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+        self,
+        claim: Claim,
+        until: datetime,
+        now: datetime,
+        *,
+        detail: str,
+        signal: str | None = None,
     ) -> TaskState | None:
         with self._lock:
             task = self._valid(claim, claim.owner, now)
@@ -66,6 +83,12 @@ class MemoryWorkflows:
                 self._finish(task, TaskState.CANCELLED, now, detail="cancelled while suspending")
                 return TaskState.CANCELLED
             check_transition(task.state, TaskState.PENDING, operator=True)
+            if signal is None:
+                self._waits.pop(task.id, None)
+            else:
+                self._waits[task.id] = signal
+                if self._pending_signal(task.id, signal) is not None and until > now:
+                    until = now  # sent while this attempt ran: no wake-up is lost
             task = self._put(
                 replace(
                     task,
@@ -107,10 +130,70 @@ class MemoryWorkflows:
             recorded.sort(key=lambda s: s.position)
             return True
 
+    def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            if task.state in TERMINAL:
+                raise InvalidTransitionError(
+                    f"task {task_id} is {task.state}: a finished task takes no signal"
+                )
+            self._signal_ids += 1
+            self._signals.setdefault(task_id, []).append(
+                SignalRecord(self._signal_ids, task_id, name, payload, now)
+            )
+            if (
+                task.state is TaskState.PENDING
+                and task.due_at > now
+                and self._waits.get(task_id) == name
+            ):
+                task = self._put(replace(task, due_at=now, updated_at=now))
+                self._stale += 1  # its entry at the old due time
+                heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+            return self._signal_ids
+
+    def receive_signal(
+        self, claim: Claim, position: int, step: str, name: str, now: datetime
+    ) -> tuple[bool, Any] | None:
+        with self._lock:
+            if self._valid(claim, claim.owner, now) is None:
+                return None
+            recorded = self._steps.setdefault(claim.task_id, [])
+            if any(s.position == position for s in recorded):
+                return None
+            index = self._pending_signal(claim.task_id, name)
+            if index is None:
+                return False, None
+            signals = self._signals[claim.task_id]
+            taken = signals[index]
+            signals[index] = replace(taken, consumed_at=now, consumed_position=position)
+            recorded.append(
+                StepRecord(
+                    claim.task_id, position, step, {"payload": taken.payload}, now, claim.attempt
+                )
+            )
+            recorded.sort(key=lambda s: s.position)
+            return True, taken.payload
+
+    def signals(self, task_id: int) -> list[SignalRecord]:
+        with self._lock:
+            return list(self._signals.get(task_id, ()))
+
+    def _pending_signal(self, task_id: int, name: str) -> int | None:
+        """The index of the task's oldest signal ``name`` no wait took yet."""
+        for index, sent in enumerate(self._signals.get(task_id, ())):
+            if sent.name == name and sent.consumed_position is None:
+                return index
+        return None
+
     def steps(self, task_id: int) -> list[StepRecord]:
         with self._lock:
             return list(self._steps.get(task_id, ()))
 
-    def _forget_steps(self, task_id: int) -> None:
-        """A deleted task's steps go with it (SQL's ON DELETE CASCADE); under the lock."""
+    def _forget_workflow(self, task_id: int) -> None:
+        """A deleted task's steps, signals and wait go with it (SQL's ON DELETE CASCADE);
+        under the lock."""
         self._steps.pop(task_id, None)
+        self._signals.pop(task_id, None)
+        self._waits.pop(task_id, None)

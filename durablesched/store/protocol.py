@@ -28,6 +28,7 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    SignalRecord,
     StepRecord,
     Submitted,
     TaskEvent,
@@ -384,16 +385,49 @@ class Store(ScheduleStore, Protocol):
         ...
 
     def suspend(
-        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+        self,
+        claim: Claim,
+        until: datetime,
+        now: datetime,
+        *,
+        detail: str,
+        signal: str | None = None,
     ) -> TaskState | None:
         """End a workflow's attempt without counting it: the task goes back to PENDING due
         at ``until`` (its wake time), its lease and slot given up, with the history line
         ``detail`` (what it waits for). One whose cancellation was requested becomes
         CANCELLED instead. None, with nothing written, if the claim is not valid.
+        With ``signal``, a signal of that name sent to it makes it due at once
+        (:meth:`send_signal`); without, what it waited for before is forgotten.
 
         What a durable sleep does (docs/workflows.md): no worker holds the task while
         it waits, and only its due time brings it back (a claim, as any task).
         """
+        ...
+
+    def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        """Keep a signal for the task until a wait takes it; returns its id. A task
+        suspended waiting for a signal of this ``name`` becomes due at ``now`` in the same
+        step (its record's ``due_at`` and ``updated_at``; no history line).
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        for a finished task (no wait can take it any more).
+        """
+        ...
+
+    def receive_signal(
+        self, claim: Claim, position: int, step: str, name: str, now: datetime
+    ) -> tuple[bool, Any] | None:
+        """Take the oldest signal ``name`` not yet taken, for the claim's task, and record
+        it as the step ``step`` at ``position`` (result ``{"payload": payload}``), in one
+        step: ``(True, payload)``. ``(False, None)`` if none is waiting (nothing written);
+        None if the claim is not valid or the position is recorded already. Each signal
+        is taken by one wait only.
+        """
+        ...
+
+    def signals(self, task_id: int) -> list[SignalRecord]:
+        """Every signal sent to the task, oldest first (empty for an unknown id)."""
         ...
 
     def steps(self, task_id: int) -> list[StepRecord]:

@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import (
@@ -53,6 +53,9 @@ _NOT_RETRIED = (
 )
 #: The step a durable sleep records: its wake time.
 SLEEP = "sleep"
+#: The due time of a workflow that waits for a signal with no timeout: only the signal
+#: brings it back (or an operator's retry).
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class StepLog:
@@ -237,8 +240,55 @@ def sleep_until(ctx: TaskContext, log: StepLog, at: datetime) -> None:
         wake = datetime.fromisoformat(found.result)
     if wake <= now:
         return
-    detail = f"suspended at step {position}: sleeping until {wake.isoformat()}"
-    if store.suspend(ctx.claim, wake, now, detail=detail) is None:
-        raise refused(ctx, position, SLEEP)
+    suspended(ctx, wake, f"suspended at step {position}: sleeping until {wake.isoformat()}")
+
+
+def suspended(ctx: TaskContext, until: datetime, detail: str, signal: str | None = None) -> None:
+    """Suspend the workflow (``Store.suspend``) and end the attempt."""
+    if (
+        ctx.scheduler.store.suspend(ctx.claim, until, ctx.now(), detail=detail, signal=signal)
+        is None
+    ):
+        raise CheckpointRefused(
+            f"task {ctx.task_id} could not suspend: attempt {ctx.attempt}'s claim is no longer "
+            "valid (its lease was lost); this attempt stops"
+        )
     ctx.suspended = True
     raise WorkflowSuspended(f"task {ctx.task_id} {detail}")
+
+
+def wait_for_signal(ctx: TaskContext, log: StepLog, name: str, timeout: timedelta | None) -> Any:
+    """:meth:`TaskContext.wait_for_signal`: two steps, ``wait:<name>`` (its deadline, set
+    the first time reached) and ``signal:<name>`` (what it got: ``{"payload": ...}``, or
+    ``{"timeout": true}``), with a suspension between them while nothing came."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTaskError(f"a signal's name must be a non-empty string, got {name!r}")
+    if timeout is not None and not isinstance(timeout, timedelta):
+        raise InvalidTaskError(f"wait_for_signal's timeout is a timedelta, got {timeout!r}")
+    waiting, step = f"wait:{name}", f"signal:{name}"
+    check_step(ctx, waiting)
+    store = ctx.scheduler.store
+    now = ctx.now()
+    position, found = log.next(ctx.name, waiting)
+    if found is None:
+        deadline = None if timeout is None else now + timeout
+        at = None if deadline is None else deadline.isoformat()
+        if not store.record_step(ctx.claim, position, waiting, at, now):
+            raise refused(ctx, position, waiting)
+    else:
+        deadline = None if found.result is None else datetime.fromisoformat(found.result)
+    position, found = log.next(ctx.name, step)
+    if found is not None:
+        return found.result.get("payload")
+    got = store.receive_signal(ctx.claim, position, step, name, now)
+    if got is None:
+        raise refused(ctx, position, step)
+    if got[0]:
+        return got[1]
+    if deadline is not None and deadline <= now:
+        if not store.record_step(ctx.claim, position, step, {"timeout": True}, now):
+            raise refused(ctx, position, step)
+        return None
+    until = "" if deadline is None else f" until {deadline.isoformat()}"
+    detail = f"suspended at step {position}: waiting for signal {name!r}{until}"
+    suspended(ctx, FOREVER if deadline is None else deadline, detail, signal=name)

@@ -1,6 +1,7 @@
-"""Workflows: step checkpoints (docs/workflows.md).
+"""Workflows: step checkpoints, signals and what a suspended workflow waits for
+(docs/workflows.md).
 
-Self-contained: one new table, empty, its rows deleted with their task.
+Self-contained: new tables, empty, their rows deleted with their task.
 
 Revision ID: 0014
 Revises: 0011
@@ -39,7 +40,26 @@ def upgrade() -> None:
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.CheckConstraint("position >= 0", name="ck_task_steps_position"),
     )
+    op.create_table(
+        "task_signals",
+        sa.Column("id", Id, primary_key=True),
+        sa.Column("task_id", Id, sa.ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("name", sa.Text(), nullable=False),
+        sa.Column("payload", Json),
+        sa.Column("sent_at", Time, nullable=False),
+        sa.Column("consumed_at", Time),
+        sa.Column("consumed_position", sa.Integer()),
+    )
+    op.create_index("ix_task_signals_task", "task_signals", ["task_id", "name", "id"])
+    op.create_table(
+        "task_waits",
+        sa.Column("task_id", Id, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("signal", sa.Text()),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("task_waits")
+    op.drop_index("ix_task_signals_task", table_name="task_signals")
+    op.drop_table("task_signals")
     op.drop_table("task_steps")

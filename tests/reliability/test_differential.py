@@ -25,8 +25,9 @@ lockstep, comparing every answer:
   limits from 0), ``minute_counts`` (windows ending now or ahead) and
   ``delete_task`` (finished, live and unknown tasks); workflows' ``record_step`` (held,
   lost and forged claims, recorded positions, effects that commit or raise), ``suspend``
-  (wake times past and to come, cancel requests) and ``steps`` of every task after
-  every step;
+  (wake times past and to come, cancel requests, waiting for a signal or not),
+  ``send_signal`` (live, finished and unknown tasks), ``receive_signal`` (held, lost
+  and forged claims), and ``steps`` and ``signals`` of every task after every step;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -194,6 +195,7 @@ assert all(
 )
 #: Operations that may change a record without writing a history line, and which fields.
 SILENT_FIELDS: dict[str, frozenset[str]] = {
+    "signal": frozenset({"due_at", "updated_at"}),
     "heartbeat": frozenset({"lease_expires_at", "updated_at"}),
     "request_cancel": frozenset({"cancel_requested_at", "updated_at"}),
 }
@@ -310,7 +312,7 @@ class ModelStore(MemoryStore):
                 for key, (holder, _, _) in list(self.recorded_keys.items()):
                     if holder == task_id:
                         del self.recorded_keys[key]
-                self._forget_steps(task_id)
+                self._forget_workflow(task_id)
             self._forget_heap_entries(doomed)
         return len(doomed)
 
@@ -1070,13 +1072,43 @@ class StoresAgree(RuleBasedStateMachine):
         forged = [replace(c, fence=c.fence + 1) for c in self.held[-2:]]
         claim = data.draw(st.sampled_from(self.held + forged), label="suspend claim")
         now = self.now()
-        self.both("suspend", claim, now + timedelta(seconds=wake_in), now, detail="sleeping")
+        signal = data.draw(st.sampled_from([None, "go", "stop"]), label="waits for")
+        until = now + timedelta(seconds=wake_in)
+        self.both("suspend", claim, until, now, detail="sleeping", signal=signal)
+
+    @rule(data=st.data(), name=st.sampled_from(["go", "stop"]), payload=st.integers(0, 3))
+    def send_signal(self, data: st.DataObject, name: str, payload: int) -> None:
+        """A signal to any task (live, finished, unknown): kept; a suspended workflow
+        waiting for it becomes due at once."""
+        self.op = "signal"
+        task_id = self.task_id(data)
+        now = self.now()
+        a = outcome(lambda: self.memory.send_signal(task_id, name, {"p": payload}, now))
+        b = outcome(lambda: self.sql.send_signal(task_id, name, {"p": payload}, now))
+        # Ids come from a counter each (SQLite may reuse a purged one): compared as kinds.
+        assert (a if isinstance(a, type) else int) == (b if isinstance(b, type) else int)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), name=st.sampled_from(["go", "stop"]))
+    def receive_signal(self, data: st.DataObject, name: str) -> None:
+        """A wait takes the oldest signal not taken, with its step, by a held, lost or
+        forged claim, at a position recorded or not: each signal once."""
+        self.op = "step"
+        forged = [replace(c, fence=c.fence + 1) for c in self.held[-2:]]
+        claim = data.draw(st.sampled_from(self.held + forged), label="wait claim")
+        position = data.draw(st.integers(0, 3), label="position")
+        self.both("receive_signal", claim, position, f"signal:{name}", name, self.now())
 
     @invariant()
-    def steps_match(self) -> None:
-        """Every task's checkpoints, alike on both (a purge or a delete takes them away)."""
+    def steps_and_signals_match(self) -> None:
+        """Every task's checkpoints and signals (but their ids), alike on both (a purge or
+        a delete takes them away); a signal taken once, by one position."""
         for task_id in [*self.ids(), *UNKNOWN_IDS]:
             assert self.memory.steps(task_id) == self.sql.steps(task_id), f"steps of {task_id}"
+            mem = [replace(s, id=0) for s in self.memory.signals(task_id)]
+            assert mem == [replace(s, id=0) for s in self.sql.signals(task_id)]
+            taken = [s.consumed_position for s in mem if s.consumed_position is not None]
+            assert len(taken) == len(set(taken)), f"task {task_id}: a position took two"
 
     @invariant()
     def the_attempts_view_reads_the_history_as_the_api_does(self) -> None:

@@ -40,6 +40,7 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    SignalRecord,
     StepRecord,
     Submitted,
     TaskEvent,
@@ -451,9 +452,26 @@ class SQLStore(Transactions):
         return workflows.steps(self, task_id)
 
     def suspend(
-        self, claim: Claim, until: datetime, now: datetime, *, detail: str
+        self,
+        claim: Claim,
+        until: datetime,
+        now: datetime,
+        *,
+        detail: str,
+        signal: str | None = None,
     ) -> TaskState | None:
-        return workflows.suspend(self, claim, until, now, detail)
+        return workflows.suspend(self, claim, until, now, detail, signal)
+
+    def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        return workflows.send_signal(self, task_id, name, payload, now)
+
+    def receive_signal(
+        self, claim: Claim, position: int, step: str, name: str, now: datetime
+    ) -> tuple[bool, Any] | None:
+        return workflows.receive_signal(self, claim, position, step, name, now)
+
+    def signals(self, task_id: int) -> list[SignalRecord]:
+        return workflows.signals(self, task_id)
 
     def release(self, claims: Sequence[Claim], now: datetime) -> int:
         released = 0

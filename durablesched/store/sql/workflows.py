@@ -14,10 +14,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from durablesched.records import Claim, StepRecord
-from durablesched.states import TaskState
+from durablesched.errors import InvalidTransitionError, TaskNotFoundError
+from durablesched.records import Claim, SignalRecord, StepRecord
+from durablesched.states import TERMINAL, TaskState
 from durablesched.store.protocol import Effect
-from durablesched.store.sql.codec import dump, from_db_time
+from durablesched.store.sql.codec import dump, from_db_time, opt_time
 from durablesched.store.sql.outcomes import claim_params
 from durablesched.store.sql.statements import VALID
 from durablesched.store.sql.transactions import Transactions
@@ -41,6 +42,47 @@ SQL_SUSPEND = text(
     "finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE :now END, "
     "lease_owner = NULL, lease_expires_at = NULL, updated_at = :now "
     f"WHERE {VALID} RETURNING state, attempts"
+)
+#: What a suspended workflow waits for: replaced at each suspension, or forgotten.
+SQL_PUT_WAIT = text(
+    "INSERT INTO task_waits (task_id, signal) VALUES (:id, :signal) "
+    "ON CONFLICT (task_id) DO UPDATE SET signal = excluded.signal"
+)
+SQL_FORGET_WAIT = text("DELETE FROM task_waits WHERE task_id = :id")
+#: A signal sent while the attempt that suspends ran: due at once, no wake-up lost.
+SQL_DUE_IF_SIGNALLED = text(
+    "UPDATE tasks SET due_at = :now WHERE id = :id AND state = 'PENDING' AND due_at > :now "
+    "AND EXISTS (SELECT 1 FROM task_signals s WHERE s.task_id = :id AND s.name = :signal "
+    "AND s.consumed_position IS NULL)"
+)
+#: The task's row, locked before a signal goes in (PostgreSQL: a suspension in flight
+#: commits first, so the wake below sees what it waits for; a later one sees the signal).
+SQL_LOCK_TASK = text("UPDATE tasks SET fence = fence WHERE id = :id RETURNING state")
+SQL_INSERT_SIGNAL = text(
+    "INSERT INTO task_signals (task_id, name, payload, sent_at) "
+    "VALUES (:id, :name, :payload, :now) RETURNING id"
+)
+#: A task suspended waiting for this signal: due now (a signal wakes it, no polling).
+SQL_WAKE_WAITING = text(
+    "UPDATE tasks SET due_at = :now, updated_at = :now "
+    "WHERE id = :id AND state = 'PENDING' AND due_at > :now "
+    "AND EXISTS (SELECT 1 FROM task_waits w WHERE w.task_id = :id AND w.signal = :name) "
+    "RETURNING id"
+)
+SQL_STEP_AT = text("SELECT 1 FROM task_steps WHERE task_id = :id AND position = :position")
+#: The oldest signal of a name no wait took yet.
+SQL_PENDING_SIGNAL = text(
+    "SELECT id, payload FROM task_signals WHERE task_id = :id AND name = :name "
+    "AND consumed_position IS NULL ORDER BY id LIMIT 1"
+)
+#: Taken once: a signal some wait took already is never taken again.
+SQL_TAKE_SIGNAL = text(
+    "UPDATE task_signals SET consumed_at = :now, consumed_position = :position "
+    "WHERE id = :signal AND consumed_position IS NULL"
+)
+SQL_SIGNALS = text(
+    "SELECT id, task_id, name, payload, sent_at, consumed_at, consumed_position "
+    "FROM task_signals WHERE task_id = :id ORDER BY id"
 )
 #: A task's checkpoints, by position.
 SQL_STEPS = text(
@@ -81,8 +123,13 @@ def record_step(  # noqa: PLR0917 - a checkpoint's fields, as the protocol takes
         return True
 
 
-def suspend(
-    tx: Transactions, claim: Claim, until: datetime, now: datetime, detail: str
+def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
+    tx: Transactions,
+    claim: Claim,
+    until: datetime,
+    now: datetime,
+    detail: str,
+    signal: str | None,
 ) -> TaskState | None:
     """``Store.suspend``."""
     with tx._write(f"suspending task {claim.task_id}") as conn:
@@ -94,9 +141,77 @@ def suspend(
         if state is TaskState.CANCELLED:
             detail = "cancelled while suspending"
             tx._tell_finished(conn, (claim.task_id,))
+        elif signal is None:
+            conn.execute(SQL_FORGET_WAIT, params)
+        else:
+            conn.execute(SQL_PUT_WAIT, {**params, "signal": signal})
+            conn.execute(SQL_DUE_IF_SIGNALLED, {**params, "signal": signal})
         tx._event(conn, claim.task_id, now, state, row.attempts, detail)
         tx._wake_others(conn)  # its due time may be sooner than a sleeping worker's next
         return state
+
+
+def send_signal(tx: Transactions, task_id: int, name: str, payload: Any, now: datetime) -> int:
+    """``Store.send_signal``."""
+    params = {"id": task_id, "name": name, "payload": dump(payload), "now": tx._t(now)}
+    with tx._write(f"sending signal {name!r} to task {task_id}") as conn:
+        state = conn.execute(SQL_LOCK_TASK, params).scalar()
+        if state is None:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        if TaskState(state) in TERMINAL:
+            raise InvalidTransitionError(
+                f"task {task_id} is {state}: a finished task takes no signal"
+            )
+        signal_id: int = conn.execute(SQL_INSERT_SIGNAL, params).scalar_one()
+        if conn.execute(SQL_WAKE_WAITING, params).first() is not None:
+            tx._wake_others(conn)
+        return signal_id
+
+
+def receive_signal(  # noqa: PLR0917 - the protocol's arguments, in its order
+    tx: Transactions, claim: Claim, position: int, step: str, name: str, now: datetime
+) -> tuple[bool, Any] | None:
+    """``Store.receive_signal``: the signal taken and its step recorded, together."""
+    with tx._write(f"taking signal {name!r} for task {claim.task_id}") as conn:
+        params = {**claim_params(tx, claim, now), "position": position, "name": name}
+        if conn.execute(SQL_LOCK_VALID, params).first() is None:
+            return None
+        if conn.execute(SQL_STEP_AT, params).first() is not None:
+            return None
+        found = conn.execute(SQL_PENDING_SIGNAL, params).first()
+        if found is None:
+            return False, None
+        payload = None if found.payload is None else json.loads(found.payload)
+        conn.execute(
+            SQL_INSERT_STEP,
+            {
+                **params,
+                "name": step,
+                "result": dump({"payload": payload}),
+                "attempt": claim.attempt,
+            },
+        )
+        taken = conn.execute(SQL_TAKE_SIGNAL, {**params, "signal": found.id}).rowcount
+        assert taken == 1, "the task's row lock makes its consumers take turns"
+        return True, payload
+
+
+def signals(tx: Transactions, task_id: int) -> list[SignalRecord]:
+    """``Store.signals``."""
+    with tx._read(f"reading the signals of task {task_id}") as conn:
+        rows = conn.execute(SQL_SIGNALS, {"id": task_id}).all()
+    return [
+        SignalRecord(
+            r.id,
+            r.task_id,
+            r.name,
+            None if r.payload is None else json.loads(r.payload),
+            from_db_time(r.sent_at),
+            opt_time(r.consumed_at),
+            r.consumed_position,
+        )
+        for r in rows
+    ]
 
 
 def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
@@ -116,4 +231,11 @@ def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
     ]
 
 
-__all__ = ["record_step", "steps", "suspend"]
+__all__ = [
+    "receive_signal",
+    "record_step",
+    "send_signal",
+    "signals",
+    "steps",
+    "suspend",
+]
