@@ -209,7 +209,7 @@ def time_pages(store: SQLStore, tasks: int, requests: int) -> dict[str, tuple[fl
     from durablesched.dashboard import create_app  # noqa: PLC0415 - the dashboard extra
 
     figures = {}
-    with TestClient(create_app(store)) as client:
+    with TestClient(create_app(store), base_url="http://localhost") as client:
         for label, path in pages(store, tasks).items():
             times = []
             for n in range(requests + 2):
@@ -336,7 +336,7 @@ def open_dashboard_cost(tmp: Path, n: int, runs: int) -> None:
         if not watched:
             return busy_rate(path, n)[1]
         store = SQLiteStore(path)
-        client = TestClient(create_app(store))
+        client = TestClient(create_app(store), base_url="http://localhost")
 
         def poll() -> None:
             client.get("/?fragment=1")

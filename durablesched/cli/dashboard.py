@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, UsageError
-from durablesched.cli.options import Commands, option, switch
+from durablesched.cli.options import Commands, Repeated, option, switch
 from durablesched.cli.values import positive_int
 from durablesched.errors import ConfigurationError
 
@@ -40,7 +40,22 @@ def register(commands: Commands) -> None:
         p,
         "--token",
         variable="dashboard_token",
-        help="every request must carry it (Authorization: Bearer, or the login form's cookie)",
+        help="every request must carry it (Authorization: Bearer, or the login form's "
+        "cookie); it shows in ps: prefer the variable or --token-file",
+    )
+    option(
+        p,
+        "--token-file",
+        variable="dashboard_token_file",
+        help="a file that holds the token (its first line), instead of --token",
+    )
+    option(
+        p,
+        "--allowed-host",
+        variable="dashboard_allowed_host",
+        action=Repeated,
+        help="a host name the dashboard answers to besides localhost, 127.0.0.1 and [::1] "
+        "(the name a proxy in front of it is asked for; again for more, or comma-separated)",
     )
     switch(
         p,
@@ -60,21 +75,66 @@ def loopback(host: str) -> bool:
         return False
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    port = positive_int("--port", args.port, maximum=65535)
-    token = args.token or None
+#: The shortest token that may guard a dashboard listening beyond this machine, and the
+#: fewest different characters it must hold (``aaaa...`` or ``1212...`` are no secret).
+MIN_TOKEN_LENGTH = 16
+MIN_TOKEN_CHARACTERS = 8
+#: How to make a good token, said when one is refused.
+MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe())'"  # noqa: S105
+
+
+def weak(token: str) -> str | None:
+    """Why ``token`` is too weak to guard a dashboard others can reach, or None."""
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"it has {len(token)} characters, fewer than {MIN_TOKEN_LENGTH}"
+    if len(set(token)) < MIN_TOKEN_CHARACTERS:
+        return f"it has only {len(set(token))} different characters"
+    return None
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    """The token of ``--token`` (or its variable) or of ``--token-file``: not both."""
+    token: str | None = args.token or None
+    if args.token_file:
+        if token is not None:
+            raise UsageError("give the token once: --token (or its variable) or --token-file")
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = getattr(e, "strerror", None) or str(e)
+            raise UsageError(f"--token-file {args.token_file} cannot be read: {reason}") from None
+        if not token:
+            raise UsageError(f"--token-file {args.token_file} holds no token (its first line)")
     if token is not None and not token.strip():
         raise UsageError("--token must not be empty")
+    return token
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    port = positive_int("--port", args.port, maximum=65535)
+    token = read_token(args)
     if not loopback(args.host) and token is None:
         raise UsageError(
             f"--host {args.host} listens beyond this machine: give --token (or set "
-            "DURABLESCHED_DASHBOARD_TOKEN), which every request must then carry"
+            "DURABLESCHED_DASHBOARD_TOKEN, or --token-file), which every request must then carry"
         )
+    problem = None if token is None or loopback(args.host) else weak(token)
+    if problem is not None:
+        raise UsageError(
+            f"the token is too weak for --host {args.host} ({problem}): use at least "
+            f"{MIN_TOKEN_LENGTH} random characters, such as: {MAKE_TOKEN}"
+        )
+    allowed = [h.strip() for h in (args.allowed_host or "").split(",") if h.strip()]
+    if loopback(args.host):  # an address of its own (127.0.0.2) is no name to rebind
+        allowed.append(f"[{args.host.strip('[]')}]" if ":" in args.host else args.host)
     dashboard, uvicorn = _modules()
     with _listen(args.host, port) as sock:
         store = open_db(args, readonly=args.read_only)
         try:
-            app = dashboard.create_app(store, token=token, read_only=args.read_only)
+            app = dashboard.create_app(
+                store, token=token, read_only=args.read_only, allowed_hosts=allowed
+            )
             config = uvicorn.Config(app, log_level="warning", access_log=False)
             # Listening already: a request sent once this line is out waits in the backlog.
             shown = f"[{args.host}]" if ":" in args.host else args.host

@@ -18,8 +18,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from durablesched.dashboard.filters import BadFilter, read_id
 from durablesched.dashboard.reads import DashboardStore
-from durablesched.dashboard.security import CSRF_FIELD, header, safe_next, same
+from durablesched.dashboard.security import CSRF_FIELD, cross_site, header, safe_next, same
 from durablesched.errors import (
     DurableSchedError,
     InvalidTaskError,
@@ -30,6 +31,7 @@ from durablesched.errors import (
 from durablesched.queues import Rate
 from durablesched.records import CancelOutcome
 from durablesched.scheduler import Scheduler
+from durablesched.states import TaskState
 
 #: At most this many tasks in one bulk action.
 BULK_LIMIT = 500
@@ -65,8 +67,12 @@ class Operations:
             outcome = self.scheduler.cancel(task_id)
         except TaskNotFoundError as e:
             raise Refusal(404, str(e)) from None
-        if outcome is CancelOutcome.TOO_LATE:
-            raise Refusal(409, f"task {task_id}: {CANCELLED[outcome]}")
+        if outcome is CancelOutcome.TOO_LATE:  # say how it ended, as the CLI does
+            record = self.store.get(task_id)
+            if record is not None and record.state is TaskState.CANCELLED:
+                raise Refusal(409, f"task {task_id}: already cancelled; nothing changed")
+            ended = f" ({record.state})" if record is not None else ""
+            raise Refusal(409, f"task {task_id}: too late: it had already finished{ended}")
         return f"task {task_id}: {CANCELLED[outcome]}"
 
     def retry(self, task_id: int) -> str:
@@ -160,11 +166,9 @@ async def checked_form(request: Request, ops: Operations) -> FormData:
     """The posted form, after the read-only, origin and CSRF checks (a Refusal if one fails)."""
     if ops.read_only:
         raise Refusal(403, "the dashboard is read-only: actions are refused")
-    origin = header(request.scope, b"origin")
-    if origin is not None and origin != "null":
-        host = header(request.scope, b"host") or ""
-        if origin.split("://", 1)[-1] != host:
-            raise Refusal(403, "refused: the request comes from another site")
+    refused = cross_site(request.scope)
+    if refused is not None:
+        raise Refusal(403, refused)
     form = await request.form()
     given = form.get(CSRF_FIELD)
     if not isinstance(given, str) or not same(given, request.state.csrf):
@@ -208,9 +212,9 @@ def task_ids(form: FormData) -> list[int]:
     ids: list[int] = []
     for value in form.getlist("ids"):
         try:
-            ids.append(int(str(value)))
-        except ValueError:
-            raise Refusal(400, f"a task id is a whole number, got {value!r}") from None
+            ids.append(read_id(str(value)))
+        except BadFilter as e:
+            raise Refusal(400, str(e)) from None
     if not ids:
         raise Refusal(400, "no task was ticked")
     if len(ids) > BULK_LIMIT:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,30 +23,36 @@ from durablesched.clock import Clock
 from durablesched.dashboard import actions, reads
 from durablesched.dashboard.actions import Operations, Refusal, run_action
 from durablesched.dashboard.chart import throughput_chart
-from durablesched.dashboard.filters import PAGE_SIZE, BadFilter, cursor, read_filters
+from durablesched.dashboard.filters import (
+    MAX_ID,
+    PAGE_SIZE,
+    BadFilter,
+    cursor,
+    read_filters,
+    read_id,
+)
 from durablesched.dashboard.reads import DashboardStore
 from durablesched.dashboard.security import (
     CSRF_FIELD,
     SESSION_COOKIE,
+    SESSION_SECONDS,
     Guard,
+    client_of,
     cookie_header,
+    cross_site,
     safe_next,
     same,
-    session_value,
 )
-from durablesched.errors import ConfigurationError
+from durablesched.errors import ConfigurationError, InvalidTaskError
 from durablesched.scheduler import Scheduler
 from durablesched.states import TERMINAL, TaskState
+from durablesched.submission import check_name
 
 HERE = Path(__file__).parent
 #: How often an open page asks for its live part again, in milliseconds (docs/dashboard.md).
 POLL_MS = 2000
 #: The actions' method: every route that changes anything takes a POST only.
 POST = ["POST"]
-#: How long a login lasts.
-SESSION_SECONDS = 12 * 3600
-#: The largest id a task can have (a 64-bit column).
-MAX_ID = 2**63 - 1
 
 
 class Pages:
@@ -95,11 +102,10 @@ class Pages:
 
     async def tasks(self, request: Request) -> Response:
         wanted = request.query_params.get("id", "").strip()
-        if wanted:
-            if not wanted.isdigit() or int(wanted) > MAX_ID:
-                raise HTTPException(400, f"a task id is a whole number, got {wanted!r}")
-            return RedirectResponse(request.url_for("task", task_id=int(wanted)), 303)
         try:
+            if wanted:
+                found_id = read_id(wanted)
+                return RedirectResponse(request.url_for("task", task_id=found_id), 303)
             asked = read_filters(request.query_params)
         except BadFilter as e:
             raise HTTPException(400, str(e)) from None
@@ -169,25 +175,36 @@ class Pages:
 
     async def login(self, request: Request) -> Response:
         target = safe_next(request.query_params.get("next"))
+        root = request.scope.get("root_path", "")
         if not self.token or (request.state.authorised and request.method == "GET"):
-            return RedirectResponse(f"{request.scope.get('root_path', '')}{target}", 303)
+            return RedirectResponse(f"{root}{target}", 303)
         wrong = False
         if request.method == "POST":
+            refused = cross_site(request.scope)
+            if refused is not None:
+                raise HTTPException(403, refused)
+            guard: Guard = request.state.guard
+            client, now = client_of(request.scope), guard.now()
+            wait = guard.throttle.wait(client, now)
+            if wait:
+                return PlainTextResponse(
+                    f"too many wrong tokens from this address: try again in {wait:.0f} s\n",
+                    status_code=429,
+                    headers={"retry-after": str(max(1, round(wait)))},
+                )
             form = await request.form()
             target = safe_next(str(form.get("next") or "/"))
-            csrf_ok = same(str(form.get(CSRF_FIELD) or ""), request.state.csrf)
-            if csrf_ok and same(str(form.get("token") or ""), self.token):
-                response = RedirectResponse(f"{request.scope.get('root_path', '')}{target}", 303)
-                session = session_value(self.token)
-                response.raw_headers.append(
-                    (
-                        b"set-cookie",
-                        cookie_header(
-                            request.scope, SESSION_COOKIE, session, max_age=SESSION_SECONDS
-                        ),
-                    )
+            if not same(str(form.get(CSRF_FIELD) or ""), request.state.csrf):
+                raise HTTPException(403, "refused: the form's CSRF token is missing or stale")
+            if same(str(form.get("token") or ""), self.token):
+                response = RedirectResponse(f"{root}{target}", 303)
+                session = guard.sessions.issue(now)
+                cookie = cookie_header(
+                    request.scope, SESSION_COOKIE, session, max_age=SESSION_SECONDS
                 )
+                response.raw_headers.append((b"set-cookie", cookie))
                 return response
+            guard.throttle.failed(client, now)
             wrong = True
         context = {"csrf": request.state.csrf, "csrf_field": CSRF_FIELD, "next": target}
         return self.templates.TemplateResponse(
@@ -195,9 +212,18 @@ class Pages:
         )
 
     async def logout(self, request: Request) -> Response:
+        refused = cross_site(request.scope)
+        if refused is not None:
+            raise HTTPException(403, refused)
         form = await request.form()
         if not same(str(form.get(CSRF_FIELD) or ""), request.state.csrf):
             raise HTTPException(403, "refused: the form's CSRF token is missing or stale")
+        guard: Guard = request.state.guard
+        jar_value = request.cookies.get(SESSION_COOKIE)
+        now = guard.now()
+        session = guard.sessions.check(jar_value, now)
+        if session is not None:
+            guard.sessions.revoke(*session, now)
         response = RedirectResponse(f"{request.scope.get('root_path', '')}/login", 303)
         response.raw_headers.append(
             (b"set-cookie", cookie_header(request.scope, SESSION_COOKIE, "", max_age=0))
@@ -243,7 +269,8 @@ class Pages:
         return await run_action(request, self.ops, do)
 
     async def schedule_action(self, request: Request) -> Response:
-        name = request.path_params["name"]
+        """A schedule's action: the name is the form's ``name`` field, never a part of the
+        path, so that any legal name (``a/b``, ``%76``, ``x?y``, ``#1``) acts on itself."""
         action = request.path_params["action"]
         doers = {
             "pause": self.ops.pause_schedule,
@@ -252,7 +279,18 @@ class Pages:
         }
         if action not in doers:
             raise HTTPException(404, f"no action {action!r}")
-        return await run_action(request, self.ops, lambda _form: doers[action](name))
+
+        def do(form: FormData) -> str:
+            name = form.get("name")
+            if not isinstance(name, str) or not name:
+                raise Refusal(400, "the form names no schedule (its name field is empty)")
+            try:  # a name no schedule can have (NUL, which PostgreSQL refuses): a 400
+                check_name(name, "schedule name")
+            except InvalidTaskError as e:
+                raise Refusal(400, str(e)) from None
+            return doers[action](name)
+
+        return await run_action(request, self.ops, do)
 
     async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -272,16 +310,24 @@ def create_app(
     token: str | None = None,
     read_only: bool = False,
     clock: Clock | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The dashboard over ``store``, as an ASGI app to serve or mount.
 
     With ``token``, every request must carry it (``Authorization: Bearer``, or the
     cookie the login form sets); with ``read_only``, every action is hidden and
-    refused (403). The store stays the caller's: the app never closes it.
+    refused (403). Without a token it answers only requests for a loopback host name
+    (``localhost``, ``127.0.0.1``, ``[::1]``) or one of ``allowed_hosts`` (the names a
+    proxy in front of it is asked for); with a token, any name unless ``allowed_hosts``
+    names some. The store stays the caller's: the app never closes it.
     ``clock`` is for tests (the store's own clock by default, as ``Scheduler``'s).
     """
     if token is not None and not token.strip():
         raise ConfigurationError("the dashboard's token must not be empty")
+    if isinstance(allowed_hosts, str):
+        raise ConfigurationError(
+            f"allowed_hosts is a list of host names, got the string {allowed_hosts!r}"
+        )
     pages = Pages(store, Scheduler(store, clock=clock), token=token, read_only=read_only)
     routes = [
         Route("/", pages.overview, name="overview"),
@@ -302,7 +348,12 @@ def create_app(
             name="queue_action",
         ),
         Route("/schedules", pages.schedules, name="schedules"),
-        Route("/schedules/{name:str}/{action:str}", pages.schedule_action, methods=POST),
+        Route(
+            "/schedules/{action:str}",
+            pages.schedule_action,
+            methods=POST,
+            name="schedule_action",
+        ),
         Route("/workers", pages.workers, name="workers"),
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/login", pages.login, methods=["GET", "POST"], name="login"),
@@ -311,7 +362,14 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token)],
+        middleware=[
+            Middleware(
+                Guard,
+                token=token,
+                allowed_hosts=frozenset(allowed_hosts),
+                now=lambda: pages.scheduler.clock.now().timestamp(),
+            )
+        ],
         exception_handlers={HTTPException: pages.http_error},
     )
     app.state.templates = pages.templates

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,6 +14,11 @@ from durablesched.queues import check_queue
 from durablesched.records import TaskQuery
 from durablesched.states import TaskState
 from durablesched.submission import MAX_KEY_LENGTH, check_name
+
+#: The largest id a task can have (a 64-bit column).
+MAX_ID = 2**63 - 1
+#: A task id as text: ASCII digits only (``"²"`` and ``"١٢"`` are digits to Python).
+_ID = re.compile(r"[0-9]{1,19}")
 
 #: Tasks on one page of the list.
 PAGE_SIZE = 50
@@ -38,6 +44,14 @@ class ListRequest:
         return urlencode({k: v for k, v in params.items() if v})
 
 
+def read_id(value: str, what: str = "a task id") -> int:
+    """A task id from a request: ASCII digits, at most :data:`MAX_ID` (a BadFilter else)."""
+    text = value.strip()
+    if not _ID.fullmatch(text) or int(text) > MAX_ID:
+        raise BadFilter(f"{what} is a whole number from 0 to {MAX_ID}, got {value!r}")
+    return int(text)
+
+
 def read_filters(params: Mapping[str, str]) -> ListRequest:
     """The query in ``params`` (a request's query string), checked."""
     given = {k: params[k] for k in (*FIELDS, "before") if params.get(k, "").strip()}
@@ -58,6 +72,9 @@ def read_filters(params: Mapping[str, str]) -> ListRequest:
     key = given.get("key")
     if key is not None and len(key) > MAX_KEY_LENGTH:
         raise BadFilter(f"key must be at most {MAX_KEY_LENGTH} characters (as keys are)")
+    if key is not None and any(not ch.isprintable() for ch in key):
+        # NUL, which PostgreSQL cannot take in text, and lone surrogates among them.
+        raise BadFilter(f"key {key!r} contains control characters or lone surrogates")
     created_from = _time(given.get("created_from"), "created from")
     created_until = _time(given.get("created_until"), "created until")
     before = _cursor(given.get("before"))
@@ -80,11 +97,16 @@ def _time(value: str | None, what: str) -> datetime | None:
     if value is None:
         return None
     try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
+        return _utc(datetime.fromisoformat(value.strip()))
+    except (ValueError, OverflowError):
         raise BadFilter(
-            f"{what} must be a time such as 2030-01-31T12:00 (UTC) or with a zone, got {value!r}"
+            f"{what} must be a time from 0001-01-01 to 9999-12-31 UTC such as 2030-01-31T12:00 "
+            f"(UTC) or with a zone, got {value!r}"
         ) from None
+
+
+def _utc(when: datetime) -> datetime:
+    """``when`` in UTC (UTC if it has no zone): OverflowError past the years 1 to 9999."""
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
@@ -96,12 +118,10 @@ def cursor(created_at: datetime, task_id: int) -> str:
 def _cursor(value: str | None) -> tuple[datetime, int] | None:
     if value is None:
         return None
-    at, sep, task_id = value.strip().rpartition("~")
+    at, sep, number = value.strip().rpartition("~")
     try:
         if not sep:
             raise ValueError(value)
-        when = datetime.fromisoformat(at)
-        number = int(task_id)
-    except ValueError:
+        return _utc(datetime.fromisoformat(at)), read_id(number)
+    except (ValueError, OverflowError):
         raise BadFilter(f"before must be a page cursor from a 'next' link, got {value!r}") from None
-    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when, number)

@@ -344,8 +344,8 @@ def test_finished_answers_finished_and_missing_tasks(
 
 
 def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: ManualClock) -> None:
-    """Every way a task finishes reaches the watcher: a group commit's outcomes, a cancel
-    before start. (SQLite's watcher cannot say which tasks: it says None, "some".)"""
+    """Every way a task finishes reaches the watcher, by id: a group commit's outcomes, a
+    cancel before start (SQLite's reads them from the history's new lines)."""
     scheduler = Scheduler(store, clock=clock)
     ids = [scheduler.submit("t") for _ in range(3)]
     heard: set[int] = set()
@@ -361,12 +361,8 @@ def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: Manua
             told.notify_all()
 
     def hears(expected: set[int]) -> bool:
-        """The watcher said these finished (by id; SQLite's says "some", not which)."""
+        """The watcher said these finished."""
         with told:
-            if _says_some(store):
-                ok = told.wait_for(some.is_set, WAIT)
-                some.clear()
-                return ok
             return told.wait_for(lambda: expected <= heard, WAIT)
 
     watcher = store.watch_finished()
@@ -385,10 +381,6 @@ def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: Manua
         assert hears(set(ids[:2]))
         scheduler.cancel(ids[2])
         assert hears({ids[2]})
-        assert not some.is_set() or _says_some(store)  # PostgreSQL and memory name them
+        assert not some.is_set()  # every backend names them
     finally:
         watcher.close()
-
-
-def _says_some(store: BackendStore) -> bool:
-    return type(store).__name__ == "SQLiteStore"

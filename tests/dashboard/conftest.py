@@ -19,6 +19,8 @@ from durablesched.store.sql.store import SQLStore
 from ..conftest import T0
 
 LEASE = timedelta(seconds=30)
+#: What a browser on this machine asks for (a dashboard without a token answers no other name).
+LOCAL = "http://localhost"
 ERROR = ErrorInfo("builtins.ValueError", "no <b>such</b> thing", "Traceback:\n  raise <x>")
 
 
@@ -29,12 +31,9 @@ class Dash:
     clock: ManualClock
     client: TestClient
 
-    def csrf(self, path: str = "/") -> str:
-        """The CSRF token a page's forms carry (and its cookie holds)."""
-        found = re.search(r'name="csrf" value="([^"]+)"', self.client.get(path).text)
-        if found is None:  # a page without forms still sets the cookie
-            return str(self.client.cookies.get("durablesched_csrf"))
-        return found.group(1)
+    def csrf(self, path: str = "/tasks") -> str:
+        """The CSRF token a page's forms carry (a MAC of the browser's cookie)."""
+        return form_csrf(self.client.get(path).text)
 
     def post(self, path: str, data: dict[str, str | list[str]] | None = None) -> Response:
         """A form posted as a browser without the script would: 303 back, or an error page."""
@@ -49,6 +48,13 @@ class Dash:
         )
 
 
+def form_csrf(page: str) -> str:
+    """The CSRF token in a page's forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, "the page has no form"
+    return found.group(1)
+
+
 def open_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> SQLStore:
     if backend == "postgres":
         return PostgresStore(request.getfixturevalue("pg_url"))
@@ -60,7 +66,7 @@ def dash(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dash]:
     store = open_store(str(request.param), tmp_path, request)
     clock = ManualClock(T0)
     scheduler = Scheduler(store, clock=clock)
-    with TestClient(create_app(store, clock=clock)) as client:
+    with TestClient(create_app(store, clock=clock), base_url=LOCAL) as client:
         yield Dash(store, scheduler, clock, client)
     store.close()
 

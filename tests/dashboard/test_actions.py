@@ -3,6 +3,9 @@ as a plain form (303 back) and as the page's script posts it (JSON); refusals sa
 
 from __future__ import annotations
 
+import html
+import re
+
 from durablesched import TaskState
 
 from .conftest import LEASE, Dash, failed_task
@@ -92,18 +95,100 @@ def test_queue_pause_resume_and_limits(dash: Dash) -> None:
 
 def test_schedule_pause_resume_and_run_now(dash: Dash) -> None:
     dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
-    assert dash.act("/schedules/nightly/pause").status_code == 200
+    nightly: dict[str, str | list[str]] = {"name": "nightly"}
+    assert dash.act("/schedules/pause", nightly).status_code == 200
     assert dash.scheduler.schedules()[0].status == "paused"
-    assert dash.act("/schedules/nightly/resume").status_code == 200
+    assert dash.act("/schedules/resume", nightly).status_code == 200
     assert dash.scheduler.schedules()[0].status == "active"
-    made = dash.act("/schedules/nightly/run").json()["message"]
+    made = dash.act("/schedules/run", nightly).json()["message"]
     (task,) = dash.store.list_tasks(name="report")
     assert made == f"schedule nightly: made task {task.id}"
-    assert dash.act("/schedules/nosuch/run").status_code == 404
-    assert dash.act("/schedules/nightly/delete").status_code == 404
+    assert dash.act("/schedules/run", {"name": "nosuch"}).status_code == 404
+    assert dash.act("/schedules/delete", nightly).status_code == 404
 
 
 def test_actions_take_a_post_only(dash: Dash) -> None:
     task_id = dash.scheduler.submit("job", {})
     assert dash.client.get(f"/tasks/{task_id}/cancel").status_code == 405
     assert state(dash, task_id) is TaskState.PENDING
+
+
+#: Legal schedule names that a path would misread: a separator, a percent escape of
+#: another schedule's name, a query, a fragment, spaces, and what is not ASCII.
+AWKWARD = ["a/b", "%76ictim", "weekly?report", "#1", "two words", "Übersicht ☃", "..", "a%2Fb"]
+FORM = re.compile(r'<form method="post" action="([^"]*)"[^>]*>(.*?)</form>', re.S)
+
+
+def forms(page: str) -> list[tuple[str, dict[str, str], str]]:
+    """Each form of a page as a browser would post it: its action, hidden fields, button."""
+    found = []
+    for action, body in FORM.findall(page):
+        fields = {
+            html.unescape(k): html.unescape(v)
+            for k, v in re.findall(r'<input type="hidden" name="([^"]*)" value="([^"]*)"', body)
+        }
+        button = re.search(r"<button[^>]*>([^<]*)</button>", body)
+        found.append((html.unescape(action), fields, button.group(1) if button else ""))
+    return found
+
+
+def test_every_legal_schedule_name_works_and_acts_on_itself(dash: Dash) -> None:
+    for name in [*AWKWARD, "victim", "weekly", "a"]:
+        dash.scheduler.add_schedule("report", name=name, cron="0 3 * * *")
+    page = dash.client.get("/schedules")
+    assert page.status_code == 200
+    for name in AWKWARD:
+        assert html.escape(name, quote=False) in page.text, name
+    for name in AWKWARD:
+        (action, fields, _) = next(
+            f
+            for f in forms(dash.client.get("/schedules").text)
+            if f[1].get("name") == name and f[2] == "Pause"
+        )
+        assert name not in action and action == "/schedules/pause"
+        assert dash.client.post(action, data=fields).status_code == 200
+        statuses = {s.schedule.name: s.status for s in dash.scheduler.schedules()}
+        assert statuses[name] == "paused", name
+        assert [n for n, s in statuses.items() if s == "paused"] == [name], name
+        (action, fields, _) = next(
+            f
+            for f in forms(dash.client.get("/schedules").text)
+            if f[1].get("name") == name and f[2] == "Resume"
+        )
+        assert dash.client.post(action, data=fields).status_code == 200
+        (action, fields, _) = next(
+            f
+            for f in forms(dash.client.get("/schedules").text)
+            if f[1].get("name") == name and f[2] == "Run now"
+        )
+        made = dash.act(action, {"name": name}).json()["message"]
+        assert made.startswith(f"schedule {name}: made task "), made
+    assert all(s.status == "active" for s in dash.scheduler.schedules())
+    # The task column links to the task list by name, percent-encoded as a query value.
+    dash.scheduler.add_schedule("odd&name=x#y", name="odd", cron="0 3 * * *")
+    listed = dash.client.get("/schedules").text
+    assert 'href="/tasks?name=odd%26name%3Dx%23y"' in listed
+
+
+def test_a_schedule_action_without_a_name_is_refused(dash: Dash) -> None:
+    dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
+    assert dash.act("/schedules/pause").status_code == 400
+    assert dash.act("/schedules/pause", {"name": ""}).status_code == 400
+    for bad in ("a\x00b", "tab\there"):  # no schedule can be named so (PostgreSQL: NUL)
+        for action in ("pause", "resume", "run"):
+            answer = dash.act(f"/schedules/{action}", {"name": bad})
+            assert answer.status_code == 400, (action, bad)
+            assert "control characters" in answer.json()["error"]
+    assert dash.scheduler.schedules()[0].status == "active"
+
+
+def test_cancelling_a_finished_task_says_how_it_ended(dash: Dash) -> None:
+    cancelled = dash.scheduler.submit("job", {})
+    dash.scheduler.cancel(cancelled)
+    answer = dash.act(f"/tasks/{cancelled}/cancel")
+    assert answer.status_code == 409
+    assert answer.json() == {"error": f"task {cancelled}: already cancelled; nothing changed"}
+    failed = failed_task(dash)
+    answer = dash.act(f"/tasks/{failed}/cancel")
+    assert answer.status_code == 409
+    assert answer.json() == {"error": f"task {failed}: too late: it had already finished (FAILED)"}

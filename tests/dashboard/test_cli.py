@@ -9,14 +9,16 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from durablesched import SQLiteStore
-from durablesched.cli.dashboard import MISSING_EXTRA, loopback
+from durablesched.cli.dashboard import MISSING_EXTRA, loopback, read_token, weak
 from durablesched.cli.main import main
+from durablesched.cli.parser import build_parser
 
 from ..conftest import WAIT
 
@@ -62,6 +64,7 @@ PROBE = """
 import json, sys
 import durablesched
 from durablesched.cli.main import main
+from durablesched.cli.parser import build_parser
 for argv in (["--help"], ["ls", "--help"], ["metrics", "--help"], ["dashboard", "--help"]):
     try:
         main(argv)
@@ -80,13 +83,16 @@ def test_nothing_of_the_dashboard_is_imported_but_by_its_command() -> None:
     assert "durablesched.dashboard" not in result.stdout
 
 
+DASHBOARD = [sys.executable, "-m", "durablesched", "dashboard"]
+
+
 def test_the_command_serves_the_dashboard_until_stopped(tmp_path: Path) -> None:
     db = tmp_path / "d.db"
     SQLiteStore(db).close()  # --read-only opens an existing database only
     port = free_port()
     env = {**os.environ, "DURABLESCHED_DB": str(db), "DURABLESCHED_DASHBOARD_PORT": str(port)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "durablesched", "dashboard", "--read-only"],
+        [*DASHBOARD, "--read-only", "--allowed-host", "queue.internal"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -100,7 +106,55 @@ def test_the_command_serves_the_dashboard_until_stopped(tmp_path: Path) -> None:
         with urllib.request.urlopen(url, timeout=WAIT) as answer:
             body = answer.read().decode()
         assert "Overview" in body and "read-only" in body
+        for host, status in (("queue.internal", 200), ("rebind.evil.example", 400)):
+            asked = urllib.request.Request(url, headers={"Host": f"{host}:{port}"})
+            try:
+                with urllib.request.urlopen(asked, timeout=WAIT) as answer:  # noqa: S310 - http
+                    assert answer.status == status, host
+            except urllib.error.HTTPError as e:
+                assert e.code == status, host
     finally:
         server.send_signal(signal.SIGTERM)
         _out, err = server.communicate(timeout=WAIT)  # closes the pipes too
     assert server.returncode == 0, err
+
+
+def test_a_weak_token_is_refused_beyond_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "d.db")
+    for token, why in (
+        ("x", "1 characters, fewer than 16"),
+        ("short-token", "fewer than 16"),
+        ("abababababababababab", "only 2 different characters"),
+    ):
+        assert main(["dashboard", "--db", db, "--host", "0.0.0.0", "--token", token]) == 2  # noqa: S104
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "the token is too weak for --host 0.0.0.0" in err, err
+        assert why in err and "secrets.token_urlsafe()" in err
+    assert not (tmp_path / "d.db").exists()
+    assert weak("x") is not None and weak("s3cret-token-of-the-tests") is None
+
+
+def test_the_token_from_a_file_or_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "d.db")
+    (tmp_path / "token").write_text("  correct-horse-battery-staple\nsecond line\n")
+    (tmp_path / "empty").write_text("\n")
+    base = ["dashboard", "--db", db]
+    args = build_parser().parse_args([*base, "--token-file", str(tmp_path / "token")])
+    assert read_token(args) == "correct-horse-battery-staple"
+    for extra, message in (
+        (["--token-file", str(tmp_path / "nosuch")], "cannot be read: No such file"),
+        (["--token-file", str(tmp_path / "empty")], "holds no token"),
+        (["--token", "t", "--token-file", str(tmp_path / "token")], "give the token once"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    monkeypatch.setenv("DURABLESCHED_DASHBOARD_TOKEN", "from-the-environment-1")
+    assert read_token(build_parser().parse_args(base)) == "from-the-environment-1"
+    monkeypatch.setenv("DURABLESCHED_DASHBOARD_TOKEN", "x")
+    assert main([*base, "--host", "0.0.0.0"]) == 2  # noqa: S104 - refused: too weak
+    assert "too weak" in capsys.readouterr().err

@@ -13,24 +13,24 @@ from durablesched.dashboard import create_app
 from durablesched.records import WorkerInfo
 
 from ..conftest import T0
-from .conftest import Dash
+from .conftest import Dash, form_csrf
 
 TOKEN = "s3cret-token-for-guards"  # noqa: S105 - the tests' own token
 LEASE = timedelta(seconds=30)
 
 
 def test_the_token_is_compared_whole(dash: Dash) -> None:
-    with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        for given in (TOKEN[:-1], TOKEN[:1], TOKEN + "x", TOKEN.upper(), ""):
+    for given in (TOKEN[:-1], TOKEN[:1], TOKEN + "x", TOKEN.upper(), ""):
+        # A client each: wrong tokens are throttled per client (a guard of its own).
+        with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
             bearer = {"Authorization": f"Bearer {given}"}
             assert client.get("/tasks", headers=bearer).status_code == 401, given
-            client.get("/login")
-            csrf = str(client.cookies.get("durablesched_csrf"))
+            csrf = form_csrf(client.get("/login").text)
             login = client.post("/login", data={"csrf": csrf, "token": given, "next": "/"})
             assert login.status_code == 401, given
             assert client.get("/tasks").status_code == 401, given
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        assert client.get("/tasks", headers=bearer).status_code == 200
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            assert client.get("/tasks", headers=bearer).status_code == 200
 
 
 def mark(field: str) -> str:
@@ -78,7 +78,7 @@ def test_every_field_a_page_shows_is_escaped(dash: Dash) -> None:
 
 def test_logout_without_the_forms_csrf_token_is_refused(dash: Dash) -> None:
     with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        csrf = client.get("/login").cookies["durablesched_csrf"]
+        csrf = form_csrf(client.get("/login").text)
         client.post("/login", data={"csrf": csrf, "token": TOKEN, "next": "/"})
         assert client.get("/tasks").status_code == 200
         for form in ({}, {"csrf": "x" * 43}):
@@ -86,6 +86,7 @@ def test_logout_without_the_forms_csrf_token_is_refused(dash: Dash) -> None:
             assert answer.status_code == 403, form
             assert "set-cookie" not in answer.headers, form
             assert client.get("/tasks").status_code == 200, form  # still logged in
+        csrf = form_csrf(client.get("/tasks").text)
         answer = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
         assert answer.status_code == 303
         assert client.get("/tasks").status_code == 401

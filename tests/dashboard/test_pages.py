@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import html
 from datetime import timedelta
 
 import pytest
+from starlette.testclient import TestClient
 
 from durablesched import TaskState, WorkerInfo
+from durablesched.dashboard import create_app
 from durablesched.dashboard.filters import PAGE_SIZE
+from durablesched.dashboard.security import CSP
 from durablesched.records import NewTask
 
 from ..conftest import T0
-from .conftest import LEASE, Dash, failed_task
+from .conftest import LEASE, LOCAL, Dash, failed_task
 
 PAGES = ["/", "/tasks", "/queues", "/schedules", "/workers"]
 
@@ -170,3 +174,60 @@ def test_states_are_all_offered_in_the_filter(dash: Dash) -> None:
     for state in TaskState:
         assert f'<option value="{state.value}"' in page
     assert '<option value="RETRY_WAIT" selected>' in page
+
+
+#: Bad parameters that once answered 500 (issue 28, item 4), and what the 400 says.
+BAD_QUERIES = [
+    ("id=%C2%B2", "a task id is a whole number"),  # "²": a digit to str.isdigit
+    ("id=%D9%A1%D9%A2", "a task id is a whole number"),  # Arabic-Indic 12
+    (f"id={2**63}", "a task id is a whole number"),
+    (f"id={10**30}", "a task id is a whole number"),
+    ("created_from=0001-01-01T00:00%2B05:00", "created from must be a time"),
+    ("created_until=9999-12-31T23:59:59-05:00", "created until must be a time"),
+    ("before=2030-01-01T00:00:00Z~12345678901234567890", "before must be a page cursor"),
+    (f"before=2030-01-01T00:00:00Z~{2**63}", "before must be a page cursor"),
+    ("before=2030-01-01T00:00:00Z~%C2%B2", "before must be a page cursor"),
+    ("before=0001-01-01T00:00%2B05:00~1", "before must be a page cursor"),
+    ("before=9999-12-31T23:59:59-05:00~1", "before must be a page cursor"),
+    ("before=~", "before must be a page cursor"),
+    ("key=a%00b", "key 'a\\x00b' contains control characters"),
+    ("name=a%00b", "contains control characters"),
+    ("queue=a%00b", "queue must be"),
+]
+
+
+@pytest.mark.parametrize(("query", "words"), BAD_QUERIES)
+def test_every_bad_parameter_is_a_400_naming_it(dash: Dash, query: str, words: str) -> None:
+    dash.scheduler.submit("job", {}, key="k")
+    for fragment in ("", "&fragment=1"):
+        answer = dash.client.get(f"/tasks?{query}{fragment}")
+        assert answer.status_code == 400, query
+        assert words in html.unescape(answer.text), answer.text
+        assert "Traceback" not in answer.text
+        assert answer.headers["content-security-policy"] == CSP
+
+
+def test_bulk_ids_beyond_64_bits_or_not_ascii_are_a_400(dash: Dash) -> None:
+    task_id = dash.scheduler.submit("job", {})
+    for bad in (str(2**63), "9" * 25, "²", "١٢", "-1", " "):
+        answer = dash.act("/tasks/bulk", {"action": "cancel", "ids": [str(task_id), bad]})
+        assert answer.status_code == 400, bad
+        assert "a task id is a whole number" in answer.json()["error"]
+    assert dash.store.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
+    assert dash.act(f"/tasks/{2**63}/cancel").status_code == 404
+    assert dash.act(f"/tasks/{10**30}/cancel").status_code == 404
+
+
+def test_a_500_carries_the_security_headers_and_no_traceback(dash: Dash) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the database went away <script>")
+
+    app = create_app(dash.store, clock=dash.clock)
+    dash.store.find_tasks = broken  # type: ignore[method-assign,assignment]
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
+        answer = client.get("/tasks")
+    assert answer.status_code == 500
+    assert answer.headers["content-security-policy"] == CSP
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["cache-control"] == "no-store"
+    assert "went away" not in answer.text and "Traceback" not in answer.text

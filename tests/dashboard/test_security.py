@@ -12,7 +12,7 @@ from durablesched import ConfigurationError, TaskState
 from durablesched.dashboard import create_app
 from durablesched.dashboard.security import CSP
 
-from .conftest import Dash
+from .conftest import LOCAL, Dash, form_csrf
 
 TOKEN = "s3cret-token"  # noqa: S105 - the tests' own token
 
@@ -66,7 +66,8 @@ def test_the_csrf_cookie_is_http_only_and_strict(dash: Dash) -> None:
 def test_read_only_hides_and_refuses_every_action(dash: Dash) -> None:
     task_id = dash.scheduler.submit("job", {}, queue="mail")
     dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
-    with TestClient(create_app(dash.store, read_only=True, clock=dash.clock)) as client:
+    app = create_app(dash.store, read_only=True, clock=dash.clock)
+    with TestClient(app, base_url=LOCAL) as client:
         for path in ("/", "/tasks", f"/tasks/{task_id}", "/queues", "/schedules"):
             page = client.get(path).text
             assert 'method="post"' not in page, path
@@ -77,8 +78,8 @@ def test_read_only_hides_and_refuses_every_action(dash: Dash) -> None:
             ("/tasks/bulk", {"action": "cancel", "ids": str(task_id)}),
             ("/queues/mail/pause", {}),
             ("/queues/mail/limits", {"concurrency": "1"}),
-            ("/schedules/nightly/run", {}),
-            ("/schedules/nightly/pause", {}),
+            ("/schedules/run", {"name": "nightly"}),
+            ("/schedules/pause", {"name": "nightly"}),
         ):
             answer = client.post(path, data={"csrf": csrf, **data})
             assert answer.status_code == 403, path
@@ -111,11 +112,11 @@ def test_with_a_token_every_request_needs_it(dash: Dash) -> None:
 
 def test_logging_in_sets_a_strict_http_only_cookie_that_never_holds_the_token(dash: Dash) -> None:
     with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        csrf = client.get("/login").cookies["durablesched_csrf"]
+        csrf = form_csrf(client.get("/login").text)
         wrong = client.post("/login", data={"csrf": csrf, "token": "guess", "next": "/tasks"})
         assert wrong.status_code == 401 and "not the dashboard" in wrong.text
         no_csrf = client.post("/login", data={"token": TOKEN, "next": "/tasks"})
-        assert no_csrf.status_code == 401
+        assert no_csrf.status_code == 403
         answer = client.post(
             "/login",
             data={"csrf": csrf, "token": TOKEN, "next": "/tasks"},
@@ -126,15 +127,20 @@ def test_logging_in_sets_a_strict_http_only_cookie_that_never_holds_the_token(da
         assert cookie.startswith("durablesched_session=")
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
         assert client.get("/tasks").status_code == 200  # the cookie is enough
-        # Logging out ends it.
-        client.post("/logout", data={"csrf": csrf})
+        # Logging out ends it, on the server: the cookie replayed is refused.
+        session = client.cookies["durablesched_session"]
+        client.post("/logout", data={"csrf": form_csrf(client.get("/tasks").text)})
+        assert client.get("/tasks").status_code == 401
+        client.cookies.delete("durablesched_session")
+        client.cookies.set("durablesched_session", session)
         assert client.get("/tasks").status_code == 401
 
 
 def test_login_never_sends_anyone_to_another_site(dash: Dash) -> None:
     with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
-        csrf = client.get("/login").cookies["durablesched_csrf"]
         for target in ("//evil.example/x", "https://evil.example", "\\\\evil", "tasks"):
+            client.cookies.delete("durablesched_session")
+            csrf = form_csrf(client.get("/login").text)
             answer = client.post(
                 "/login",
                 data={"csrf": csrf, "token": TOKEN, "next": target},
@@ -157,10 +163,11 @@ def test_mounted_under_a_path_links_and_cookies_stay_under_it(dash: Dash) -> Non
         assert login.headers["location"] == "/ops/login?next=%2Ftasks"
         assert "Path=/ops" in login.headers["set-cookie"]
         assert 'action="/ops/login"' in client.get("/ops/login").text
-        csrf = client.cookies["durablesched_csrf"]
+        csrf = form_csrf(client.get("/ops/login").text)
         answer = client.post("/ops/login", data={"csrf": csrf, "token": TOKEN, "next": "/tasks"})
         assert answer.url.path == "/ops/tasks"
         page = answer.text
+        csrf = form_csrf(page)  # bound to the session now
         assert f'href="/ops/tasks/{task_id}"' in page and 'href="/ops/static/dashboard.css"' in page
         assert 'data-poll="/ops/tasks"' in page
         assert client.get("/ops/static/dashboard.js").status_code == 200
@@ -170,3 +177,43 @@ def test_mounted_under_a_path_links_and_cookies_stay_under_it(dash: Dash) -> Non
         assert cancelled.url.path == f"/ops/tasks/{task_id}"
         assert 'id="task-state">CANCELLED<' in cancelled.text
         assert client.get("/tasks").status_code == 404  # nothing outside the mount
+
+
+def test_without_a_token_only_loopback_host_names_are_served(dash: Dash) -> None:
+    """DNS rebinding: a page of evil.example whose name now points at 127.0.0.1 sends
+    its own name as Host; without a token, that name gets a 400, never the queue."""
+    task_id = dash.scheduler.submit("job", {})
+    csrf = dash.csrf()
+    for host in ("rebind.evil.example:8803", "rebind.evil.example", "localhost.evil", ""):
+        answer = dash.client.get(f"/tasks/{task_id}", headers={"Host": host})
+        assert answer.status_code == 400, host
+        assert "host name" in answer.text and "job" not in answer.text
+        assert answer.headers["content-security-policy"] == CSP
+        posted = dash.client.post(
+            f"/tasks/{task_id}/cancel",
+            data={"csrf": csrf},
+            headers={"Host": host, "Origin": f"http://{host}"},
+        )
+        assert posted.status_code == 400, host
+    assert dash.store.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
+    for host in ("localhost:8787", "127.0.0.1:8787", "[::1]:8787", "LOCALHOST", "127.0.0.1"):
+        assert dash.client.get("/tasks", headers={"Host": host}).status_code == 200, host
+
+
+def test_allowed_hosts_are_the_names_a_proxy_is_asked_for(dash: Dash) -> None:
+    app = create_app(dash.store, clock=dash.clock, allowed_hosts=["queue.internal"])
+    with TestClient(app, base_url="http://queue.internal") as client:
+        assert client.get("/tasks").status_code == 200
+        assert client.get("/tasks", headers={"Host": "queue.internal:443"}).status_code == 200
+        assert client.get("/tasks", headers={"Host": "localhost"}).status_code == 200
+        assert client.get("/tasks", headers={"Host": "evil.example"}).status_code == 400
+    # With a token, any name is served (the token is the defence) unless names are given.
+    with TestClient(create_app(dash.store, token=TOKEN, clock=dash.clock)) as client:
+        bearer = {"Authorization": f"Bearer {TOKEN}", "Host": "queue.example"}
+        assert client.get("/tasks", headers=bearer).status_code == 200
+    app = create_app(dash.store, token=TOKEN, clock=dash.clock, allowed_hosts=["queue.example"])
+    with TestClient(app) as client:
+        bearer = {"Authorization": f"Bearer {TOKEN}", "Host": "evil.example"}
+        assert client.get("/tasks", headers=bearer).status_code == 400
+    with pytest.raises(ConfigurationError, match="list of host names"):
+        create_app(dash.store, allowed_hosts="queue.internal")

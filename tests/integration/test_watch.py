@@ -320,3 +320,28 @@ def test_a_file_removed_before_the_watch_starts_is_still_reported(tmp_path: Path
     finally:
         watcher.close()
         store.close()
+
+
+def test_finished_lines_notice_line_ids_given_again(tmp_path: Path) -> None:
+    """SQLite's finish watcher reads the history's lines after the last it read. Once
+    the newest lines are deleted (a deleted task's), their ids are given again: a look
+    that went on from the old id would miss a task finishing on those lines. It must
+    name the task, or say that any may have finished (None)."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    try:
+        first, second = (t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 2, T0))
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        other.complete(claim, None, T0)
+        assert lines._finished_since() == {first}
+        other.delete_task(first)  # the newest lines go: their ids are free again
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        assert claim.task_id == second
+        other.complete(claim, None, T0)
+        heard = lines._finished_since()
+        assert heard is None or second in heard, heard
+    finally:
+        lines.close()
+        other.close()
+        store.close()

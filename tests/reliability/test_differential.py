@@ -487,8 +487,12 @@ class StoresAgree(RuleBasedStateMachine):
             assert taken == list(range(first, first + len(taken))), (taken, first)
             self.memory._next_id = first + len(taken)
             # A new queue's row is made apart from the caller's transaction (so that no
-            # other submit to it waits), and stays: an empty queue.
-            for task in tasks:
+            # other submit to it waits), and stays: an empty queue. Only for the tasks
+            # that were to be stored: not one whose key another task (of the batch, or
+            # stored) holds.
+            for task, submitted in zip(tasks, got, strict=True):
+                if not submitted.created:
+                    continue
                 if task.queue not in {q.name for q in self.memory.queue_limits()}:
                     self.memory.put_queue(QueueLimits(task.queue), now)
 

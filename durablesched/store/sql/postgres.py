@@ -29,7 +29,7 @@ from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import OnChange, OnFinished
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
-from durablesched.store.sql.predicates import CLAIMABLE_SQL
+from durablesched.store.sql.predicates import CLAIMABLE_SQL, TERMINAL_SQL
 from durablesched.store.sql.schema import metadata, task_seq
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
@@ -260,6 +260,14 @@ def borrowed_problem(connection: Any) -> str | None:
     return f"the psycopg connection is busy (transaction status {status})"
 
 
+#: ``Store.finished``'s read (``SQLDialect.finished_states``): the ids as one array.
+FINISHED_STATES = text(
+    "SELECT i.id, t.state FROM unnest(CAST(:ids AS BIGINT[])) AS i (id) "
+    "LEFT JOIN tasks AS t ON t.id = i.id "
+    f"WHERE t.id IS NULL OR t.{TERMINAL_SQL}"
+)
+
+
 #: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
 #: timestamptz, history written by the claim and group commit themselves.
 POSTGRES = SQLDialect(
@@ -281,6 +289,8 @@ POSTGRES = SQLDialect(
     elapsed_us=ELAPSED_US,
     minute_counts=MINUTE_COUNTS,
     live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
+    finished_states=FINISHED_STATES,
+    ids=list,
     driver=pyformat,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     notify=text(NOTIFY),

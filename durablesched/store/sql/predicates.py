@@ -9,7 +9,7 @@ databases), tens of milliseconds of a SQLite worker's start-up.
 
 from __future__ import annotations
 
-from durablesched.states import CLAIMABLE, KEY_HOLDING, TaskState
+from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState
 
 
 def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
@@ -20,6 +20,8 @@ def _in(states: frozenset[TaskState] | set[TaskState]) -> str:
 CLAIMABLE_SQL = f"state IN ({_in(CLAIMABLE)})"
 #: The states in which a task holds its idempotency key.
 KEY_HOLDING_SQL = f"state IN ({_in(KEY_HOLDING)})"
+#: The states of a finished task.
+TERMINAL_SQL = f"state IN ({_in(TERMINAL)})"
 #: Every state, for the schema's check constraint.
 ALL_STATES_SQL = _in(set(TaskState))
 #: The rows of ``ix_tasks_state_created``: the states a task enters only when it goes wrong.

@@ -11,6 +11,7 @@ upgraded into a write); reads run in deferred transactions on the same pool.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import sqlite3
@@ -34,11 +35,11 @@ from durablesched.errors import (
 from durablesched.records import Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import OnChange
+from durablesched.store.protocol import OnChange, OnFinished
 from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
-from durablesched.store.sql.predicates import CLAIMABLE_SQL, STATE_CREATED_SQL
+from durablesched.store.sql.predicates import CLAIMABLE_SQL, STATE_CREATED_SQL, TERMINAL_SQL
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
     INSERT_EVENTS,
@@ -51,7 +52,7 @@ from durablesched.store.sql.statements import (
     SUBMITTED_EVENTS,
     sql_live_queue_counts,
 )
-from durablesched.store.sql.store import ChangesAsFinishes, SQLStore
+from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
 from durablesched.store.sql.urls import sqlite_url
 
@@ -175,6 +176,19 @@ def borrowed_problem(connection: sqlite3.Connection) -> str | None:
     return "the sqlite3 connection is not in a transaction (run BEGIN on it first)"
 
 
+#: ``Store.finished``'s read (``SQLDialect.finished_states``): the ids as a JSON array,
+#: one statement however many (an ``IN`` list is prepared again for each length).
+FINISHED_STATES = text(
+    "SELECT j.value AS id, t.state AS state FROM json_each(:ids) AS j "
+    "LEFT JOIN tasks AS t ON t.id = j.value "
+    f"WHERE t.id IS NULL OR t.{TERMINAL_SQL}"
+)
+
+
+def json_ids(ids: list[int]) -> str:
+    return json.dumps(ids)
+
+
 #: SQLite as the store sees it: ``?`` placeholders for executemany, times as text.
 SQLITE = SQLDialect(
     name="sqlite",
@@ -191,6 +205,8 @@ SQLITE = SQLDialect(
     elapsed_us=ELAPSED_US,
     minute_counts=MINUTE_COUNTS,
     live_queue_counts=sql_live_queue_counts("INDEXED BY ix_tasks_state_name"),
+    finished_states=FINISHED_STATES,
+    ids=json_ids,
     find_hints=FIND_HINTS,
     borrowed_problem=borrowed_problem,
 )
@@ -435,10 +451,88 @@ class SQLiteStore(SQLStore):
     def watch_changes(self, poll_interval: float = 0.01) -> DataVersionWatcher:
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
 
-    def watch_finished(self) -> ChangesAsFinishes:
-        """The change watcher: SQLite cannot say what a commit did, so every commit by
-        another connection (in this process or another) may have finished a task."""
-        return ChangesAsFinishes(self.watch_changes())
+    def watch_finished(self) -> FinishedLines:
+        """The change watcher, and after each commit seen the history's new finishing
+        lines: which tasks finished, read by what was written, not by who waits."""
+        return FinishedLines(self.engine, self.watch_changes())
+
+
+#: The history's newest line and its task (``FinishedLines``).
+NEWEST_LINE = "SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1"
+#: The task of line ``?``, if the line is still there.
+LINE_TASK = "SELECT task_id FROM task_events WHERE id = ?"
+#: The tasks that finished in lines ``(?, ?]``, through the history's primary key.
+FINISHING_LINES = f"SELECT task_id FROM task_events WHERE id > ? AND id <= ? AND {TERMINAL_SQL}"
+
+
+class FinishedLines:
+    """SQLite's :class:`~durablesched.store.protocol.FinishWatcher`: after each commit
+    the change watcher sees, the history's lines since the last look that finished a
+    task (one range of the primary key: a look costs what was written, however many
+    handles wait). One writer at a time makes line ids grow in commit order. A line
+    id can be given again once the newest lines are deleted (a deleted or purged
+    task's): the look checks that the line it ended at is still the one it read
+    (line ids are reused, task ids never are), and if not says that any task may
+    have finished (``None``: every waited task is read).
+
+    If the change watcher fails, it says so once (logged) and stops; the waiting
+    handles then read at their bounded fallback interval.
+    """
+
+    def __init__(self, engine: Engine, watcher: DataVersionWatcher) -> None:
+        self._watcher = watcher
+        self._conn = engine.raw_connection()
+        #: The newest line at the last look, and its task; (0, None): none.
+        self._last: tuple[int, int | None] = self._newest()
+
+    def _one(self, sql: str, *params: int) -> tuple[Any, ...] | None:
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return None if row is None else tuple(row)
+
+    def _newest(self) -> tuple[int, int | None]:
+        row = self._one(NEWEST_LINE)
+        return (0, None) if row is None else (int(row[0]), int(row[1]))
+
+    def _finished_since(self) -> set[int] | None:
+        with translated("reading which tasks finished"):
+            (last, last_task), newest = self._last, self._newest()
+            self._last = newest
+            if last:
+                row = self._one(LINE_TASK, last)
+                if row is None or int(row[0]) != last_task:
+                    return None  # lines were deleted: ids after them can be old ones
+            cursor = self._conn.cursor()
+            try:
+                cursor.execute(FINISHING_LINES, (last, newest[0]))
+                return {int(r[0]) for r in cursor.fetchall()}
+            finally:
+                cursor.close()
+
+    def start(self, on_finished: OnFinished) -> None:
+        def on_change(error: Exception | None) -> None:
+            if error is not None:
+                log.warning("watching for finished tasks failed: %s", error)
+                on_finished(None)
+                return
+            try:
+                finished = self._finished_since()
+            except DurableSchedError as e:
+                log.warning("reading which tasks finished failed: %s", e)
+                finished = None
+            if finished is None or finished:
+                on_finished(finished)
+
+        changed: OnChange = on_change
+        self._watcher.start(changed)
+
+    def close(self) -> None:
+        self._watcher.close()
+        self._conn.close()
 
 
 class WalLimit:

@@ -262,10 +262,6 @@ SQL_NEXT_EXPIRY = text(
 
 #: One task, every column.
 SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
-#: The state of each of tasks ``:ids`` that exists: what waiting handles read (``finished``).
-SQL_STATES = text("SELECT id, state FROM tasks WHERE id IN :ids").bindparams(
-    bindparam("ids", expanding=True)
-)
 #: Tasks ``:ids``, whole.
 SQL_GET_MANY = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id IN :ids").bindparams(
     bindparam("ids", expanding=True)

@@ -55,8 +55,6 @@ from durablesched.store.protocol import (
     DBAPIConnection,
     Effect,
     FinishWatcher,
-    OnChange,
-    OnFinished,
     RetryDelay,
 )
 from durablesched.store.sql import (
@@ -97,7 +95,6 @@ from durablesched.store.sql.statements import (
     SQL_RELEASE,
     SQL_SEE_WORKER,
     SQL_STATE_AND_ENVIRONMENT,
-    SQL_STATES,
     sql_list_tasks,
 )
 from durablesched.store.sql.submitting import insert
@@ -180,11 +177,13 @@ class SQLStore(Transactions):
         with self._read("reading which tasks finished") as conn:
             for start in range(0, len(wanted), _IDS_PER_READ):
                 chunk = wanted[start : start + _IDS_PER_READ]
-                states: dict[int, str] = {
-                    r.id: r.state for r in conn.execute(SQL_STATES, {"ids": chunk})
-                }
-                done = [i for i in chunk if i in states and TaskState(states[i]) in TERMINAL]
-                found.update((i, None) for i in chunk if i not in states)
+                done = []
+                rows = conn.execute(self.dialect.finished_states, {"ids": self.dialect.ids(chunk)})
+                for r in rows:
+                    if r.state is None:
+                        found[int(r.id)] = None
+                    else:
+                        done.append(int(r.id))
                 if done:
                     found.update(
                         (r.id, record(r)) for r in conn.execute(SQL_GET_MANY, {"ids": done})
@@ -701,30 +700,6 @@ class SQLStore(Transactions):
 
 #: Task ids per read of :meth:`SQLStore.finished` (SQLite binds at most 32,766 values).
 _IDS_PER_READ = 5_000
-
-
-class ChangesAsFinishes:
-    """A :class:`FinishWatcher` from a :class:`ChangeWatcher` that sees every commit but
-    cannot say what it did (SQLite's): each commit may have finished any task.
-
-    If the change watcher fails, it says so once (logged) and stops; the waiting
-    handles then read at their bounded fallback interval.
-    """
-
-    def __init__(self, watcher: ChangeWatcher) -> None:
-        self._watcher = watcher
-
-    def start(self, on_finished: OnFinished) -> None:
-        def on_change(error: Exception | None) -> None:
-            if error is not None:
-                log.warning("watching for finished tasks failed: %s", error)
-            on_finished(None)
-
-        changed: OnChange = on_change
-        self._watcher.start(changed)
-
-    def close(self) -> None:
-        self._watcher.close()
 
 
 def _stored_revision(engine: Engine) -> str:
