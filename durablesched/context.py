@@ -28,6 +28,7 @@ from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
+from durablesched.workflows import children as _children
 from durablesched.workflows.steps import (
     StepEffect,
     StepLog,
@@ -452,6 +453,49 @@ class TaskContext:
         ``signal:<name>`` (what came).
         """
         return wait_for_signal(self, self._steps(), name, timeout)
+
+    @overload
+    def spawn(
+        self,
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
+        /,
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(
+        self, task: Task[Q, Coroutine[Any, Any, S]], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(self, task: Task[Q, S], /, *args: Q.args, **kwargs: Q.kwargs) -> TaskHandle[S]: ...
+    def spawn(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Submit a child task now, durably, as this workflow's next step: stored (with
+        its id, and linked to this task) in the transaction that records the step, so a
+        replay returns the same child's handle and never submits it twice. Arguments
+        and ``task.options(...)`` as :meth:`enqueue` takes them. Unlike :meth:`enqueue`
+        the child exists whatever this attempt's outcome. Wait for it with
+        :meth:`gather` or :meth:`wait_first` (docs/workflows.md).
+        """
+        return _children.spawn(self, self._steps(), task, args, kwargs)
+
+    def gather(self, *handles: TaskHandle[Any], return_exceptions: bool = False) -> list[Any]:
+        """The results of these children, in order, once every one is finished: until
+        then the workflow suspends holding no slot (``WorkflowSuspended``: let it
+        propagate), and each child's end wakes it. A failed child raises its
+        :class:`~durablesched.TaskFailed` (a cancelled one :class:`TaskCancelled`)
+        unless ``return_exceptions``, which puts the exception in its place. Recorded
+        as a step: a replay returns the same results.
+        """
+        return _children.gather(self, self._steps(), handles, return_exceptions)
+
+    def wait_first(self, *handles: TaskHandle[Any]) -> TaskHandle[Any]:
+        """The first of these children to finish (suspending until one has); recorded as a
+        step, so a replay returns the same one. Its result: ``ctx.gather(handle)``."""
+        return _children.wait_first(self, self._steps(), handles)
 
     def _steps(self) -> StepLog:
         log = self._step_log

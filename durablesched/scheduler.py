@@ -503,17 +503,26 @@ class Scheduler:
                 ) from None
         return self.store.list_tasks(state=state, name=name, limit=limit)
 
-    def cancel(self, task_id: int) -> CancelOutcome:
+    def cancel(self, task_id: int, *, children: bool = True) -> CancelOutcome:
         """Cancel a task, and say honestly what that achieved.
 
         CANCELLED: it had not started and never will. REQUESTED: it is running
         and has been asked to stop; cancellation is cooperative, so it may still
         succeed. TOO_LATE: it had already finished.
+
+        A workflow's unfinished spawned children (``ctx.spawn``), and theirs, are
+        cancelled with it unless ``children=False`` (docs/workflows.md).
         """
         _check_id(task_id)
         outcome = self.store.request_cancel(task_id, self.clock.now())
         if outcome is CancelOutcome.REQUESTED:
             self._notify("cancel", task_id)
+        if children and outcome is not CancelOutcome.TOO_LATE:
+            spawned = self.store.children(task_id)
+            finished = self.store.finished(spawned) if spawned else {}
+            for child in spawned:
+                if child not in finished:
+                    self.cancel(child, children=True)
         return outcome
 
     def signal(self, task_id: int, name: str, payload: Any = None) -> int:

@@ -20,7 +20,15 @@ from durablesched.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from durablesched.records import Claim, ErrorInfo, SignalRecord, StepRecord, TaskRecord
+from durablesched.records import (
+    Claim,
+    ErrorInfo,
+    NewTask,
+    SignalRecord,
+    StepRecord,
+    Submitted,
+    TaskRecord,
+)
 from durablesched.states import TERMINAL, TaskState, check_transition
 from durablesched.store.protocol import Effect
 
@@ -41,6 +49,9 @@ class MemoryWorkflows:
         self._signal_ids = 0
         #: The signal each suspended workflow waits for (task_waits).
         self._waits: dict[int, str] = {}
+        #: Spawned children: child -> parent, and parent -> children in order.
+        self._parents: dict[int, int] = {}
+        self._children: dict[int, list[int]] = {}
 
     # The store's own (MemoryStore defines each; these only declare them here).
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:
@@ -52,6 +63,9 @@ class MemoryWorkflows:
     def _event(
         self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None
     ) -> None:
+        raise NotImplementedError
+
+    def _insert(self, new: NewTask, now: datetime) -> Submitted:
         raise NotImplementedError
 
     def _finish(
@@ -74,6 +88,7 @@ class MemoryWorkflows:
         *,
         detail: str,
         signal: str | None = None,
+        children: tuple[Sequence[int], int] | None = None,
     ) -> TaskState | None:
         with self._lock:
             task = self._valid(claim, claim.owner, now)
@@ -89,6 +104,13 @@ class MemoryWorkflows:
                 self._waits[task.id] = signal
                 if self._pending_signal(task.id, signal) is not None and until > now:
                     until = now  # sent while this attempt ran: no wake-up is lost
+            if children is not None and until > now:
+                ids, seen = children
+                ended = sum(
+                    1 for i in ids if (t := self._tasks.get(i)) is not None and t.state in TERMINAL
+                )
+                if ended > seen:
+                    until = now  # a child ended while this attempt ran
             task = self._put(
                 replace(
                     task,
@@ -180,6 +202,42 @@ class MemoryWorkflows:
         with self._lock:
             return list(self._signals.get(task_id, ()))
 
+    def spawn(
+        self, claim: Claim, position: int, step: str, tasks: Sequence[NewTask], now: datetime
+    ) -> list[Submitted] | None:
+        with self._lock:
+            if self._valid(claim, claim.owner, now) is None:
+                return None
+            recorded = self._steps.setdefault(claim.task_id, [])
+            if any(s.position == position for s in recorded):
+                return None
+            submitted = [self._insert(task, now) for task in tasks]
+            for sub in submitted:
+                if sub.created:
+                    self._parents[sub.task_id] = claim.task_id
+                    self._children.setdefault(claim.task_id, []).append(sub.task_id)
+            ids = [sub.task_id for sub in submitted]
+            recorded.append(
+                StepRecord(claim.task_id, position, step, {"ids": ids}, now, claim.attempt)
+            )
+            recorded.sort(key=lambda s: s.position)
+            return submitted
+
+    def children(self, task_id: int) -> list[int]:
+        with self._lock:
+            return list(self._children.get(task_id, ()))
+
+    def _wake_parent(self, child_id: int) -> None:
+        """A child ended: its parent, suspended (PENDING, due later), is due since it
+        suspended; under the lock, from the store's ``_finish``."""
+        parent = self._tasks.get(self._parents.get(child_id, 0))
+        if parent is None or parent.state is not TaskState.PENDING:
+            return
+        if parent.due_at > parent.updated_at:
+            parent = self._put(replace(parent, due_at=parent.updated_at))
+            self._stale += 1
+            heapq.heappush(self._heap, (parent.due_at, parent.seq, parent.id))
+
     def _pending_signal(self, task_id: int, name: str) -> int | None:
         """The index of the task's oldest signal ``name`` no wait took yet."""
         for index, sent in enumerate(self._signals.get(task_id, ())):
@@ -197,3 +255,8 @@ class MemoryWorkflows:
         self._steps.pop(task_id, None)
         self._signals.pop(task_id, None)
         self._waits.pop(task_id, None)
+        parent = self._parents.pop(task_id, None)
+        if parent is not None:
+            self._children[parent].remove(task_id)
+        for child in self._children.pop(task_id, ()):
+            del self._parents[child]

@@ -392,6 +392,7 @@ class Store(ScheduleStore, Protocol):
         *,
         detail: str,
         signal: str | None = None,
+        children: tuple[Sequence[int], int] | None = None,
     ) -> TaskState | None:
         """End a workflow's attempt without counting it: the task goes back to PENDING due
         at ``until`` (its wake time), its lease and slot given up, with the history line
@@ -399,6 +400,9 @@ class Store(ScheduleStore, Protocol):
         CANCELLED instead. None, with nothing written, if the claim is not valid.
         With ``signal``, a signal of that name sent to it makes it due at once
         (:meth:`send_signal`); without, what it waited for before is forgotten.
+        With ``children`` ``(ids, seen)``: if more than ``seen`` of those tasks are
+        finished by now (one ended while the attempt ran), it is due at ``now`` instead
+        (a child's end wakes its suspended parent: see :meth:`spawn`).
 
         What a durable sleep does (docs/workflows.md): no worker holds the task while
         it waits, and only its due time brings it back (a claim, as any task).
@@ -428,6 +432,27 @@ class Store(ScheduleStore, Protocol):
 
     def signals(self, task_id: int) -> list[SignalRecord]:
         """Every signal sent to the task, oldest first (empty for an unknown id)."""
+        ...
+
+    def spawn(
+        self, claim: Claim, position: int, step: str, tasks: Sequence[NewTask], now: datetime
+    ) -> list[Submitted] | None:
+        """Store ``tasks`` as children of the claim's task (as :meth:`submit` stores them,
+        keys included) and record the step ``step`` at ``position`` (result ``{"ids":
+        [...]}``), together, under a valid claim: a replay finds the step and never
+        spawns twice. None, with nothing written, if the claim is not valid or the
+        position is recorded already.
+
+        A child created here is its parent's (:meth:`children`): when it finishes
+        (any way: an outcome, a reclaim, a cancel), the same transaction makes its
+        parent due at once if the parent is PENDING and due later (a suspended
+        workflow waiting for its children): its ``due_at`` becomes its ``updated_at``,
+        the time it suspended, with no history line.
+        """
+        ...
+
+    def children(self, task_id: int) -> list[int]:
+        """The ids of the children the task spawned, in order (empty for an unknown id)."""
         ...
 
     def steps(self, task_id: int) -> list[StepRecord]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from durablesched.errors import (
     CheckpointRefused,
@@ -243,12 +243,19 @@ def sleep_until(ctx: TaskContext, log: StepLog, at: datetime) -> None:
     suspended(ctx, wake, f"suspended at step {position}: sleeping until {wake.isoformat()}")
 
 
-def suspended(ctx: TaskContext, until: datetime, detail: str, signal: str | None = None) -> None:
+def suspended(
+    ctx: TaskContext,
+    until: datetime,
+    detail: str,
+    signal: str | None = None,
+    children: tuple[Sequence[int], int] | None = None,
+) -> NoReturn:
     """Suspend the workflow (``Store.suspend``) and end the attempt."""
-    if (
-        ctx.scheduler.store.suspend(ctx.claim, until, ctx.now(), detail=detail, signal=signal)
-        is None
-    ):
+    store = ctx.scheduler.store
+    state = store.suspend(
+        ctx.claim, until, ctx.now(), detail=detail, signal=signal, children=children
+    )
+    if state is None:
         raise CheckpointRefused(
             f"task {ctx.task_id} could not suspend: attempt {ctx.attempt}'s claim is no longer "
             "valid (its lease was lost); this attempt stops"

@@ -1,5 +1,5 @@
 """Workflows: step checkpoints, signals and what a suspended workflow waits for
-(docs/workflows.md).
+(docs/workflows.md), and the children workflows spawn.
 
 Self-contained: new tables, empty, their rows deleted with their task.
 
@@ -56,9 +56,18 @@ def upgrade() -> None:
         sa.Column("task_id", Id, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("signal", sa.Text()),
     )
+    op.create_table(
+        "task_children",
+        sa.Column("child_id", Id, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("parent_id", Id, sa.ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("position", sa.Integer(), nullable=False),
+    )
+    op.create_index("ix_task_children_parent", "task_children", ["parent_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_task_children_parent", table_name="task_children")
+    op.drop_table("task_children")
     op.drop_table("task_waits")
     op.drop_index("ix_task_signals_task", table_name="task_signals")
     op.drop_table("task_signals")

@@ -27,7 +27,9 @@ lockstep, comparing every answer:
   lost and forged claims, recorded positions, effects that commit or raise), ``suspend``
   (wake times past and to come, cancel requests, waiting for a signal or not),
   ``send_signal`` (live, finished and unknown tasks), ``receive_signal`` (held, lost
-  and forged claims), and ``steps`` and ``signals`` of every task after every step;
+  and forged claims), ``spawn`` (held, lost and forged claims, recorded positions),
+  a child's end waking its suspended parent (any finishing operation), and ``steps``,
+  ``signals`` and ``children`` of every task after every step;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -189,6 +191,8 @@ ALLOWED: dict[str, frozenset[Move]] = {
     ),
     "requeue": frozenset({(S.FAILED, S.PENDING), (S.CANCELLED, S.PENDING)}),
     "suspend": frozenset({(S.RUNNING, S.PENDING), (S.RUNNING, S.CANCELLED)}),
+    "spawn": _SUBMIT,
+    "workflow": _SUBMIT | _CLAIM | _SUCCEED | _FAIL | frozenset({(S.RUNNING, S.PENDING)}),
 }
 assert all(
     m in TRANSITIONS | OPERATOR_TRANSITIONS or m[0] is None for ms in ALLOWED.values() for m in ms
@@ -197,7 +201,21 @@ assert all(
 SILENT_FIELDS: dict[str, frozenset[str]] = {
     "signal": frozenset({"due_at", "updated_at"}),
     "heartbeat": frozenset({"lease_expires_at", "updated_at"}),
-    "request_cancel": frozenset({"cancel_requested_at", "updated_at"}),
+    "request_cancel": frozenset({"cancel_requested_at", "updated_at", "due_at"}),
+    # A spawned child's end wakes its suspended parent: its due time, no history line.
+    **{
+        op: frozenset({"due_at"})
+        for op in (
+            "complete",
+            "fail",
+            "acknowledge_cancel",
+            "record_and_claim",
+            "release",
+            "reclaim",
+            "suspend",
+            "workflow",
+        )
+    },
 }
 
 
@@ -1078,7 +1096,23 @@ class StoresAgree(RuleBasedStateMachine):
         now = self.now()
         signal = data.draw(st.sampled_from([None, "go", "stop"]), label="waits for")
         until = now + timedelta(seconds=wake_in)
-        self.both("suspend", claim, until, now, detail="sleeping", signal=signal)
+        awaited = self.memory.children(claim.task_id)
+        children = data.draw(
+            st.sampled_from([None, (awaited, 0), (awaited, len(awaited))]), label="children"
+        )
+        self.both("suspend", claim, until, now, detail="sleeping", signal=signal, children=children)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), count=st.integers(1, 2))
+    def spawn(self, data: st.DataObject, count: int) -> None:
+        """A workflow spawns children with its step, by a held, lost or forged claim, at a
+        position recorded or not: all or nothing, never twice."""
+        self.op = "spawn"
+        forged = [replace(c, fence=c.fence + 1) for c in self.held[-2:]]
+        claim = data.draw(st.sampled_from(self.held + forged), label="spawn claim")
+        position = data.draw(st.integers(0, 3), label="position")
+        kids = self.new_tasks(data, count, "spawn")
+        self.both("spawn", claim, position, "spawn:kid", kids, self.now())
 
     @rule(data=st.data(), name=st.sampled_from(["go", "stop"]), payload=st.integers(0, 3))
     def send_signal(self, data: st.DataObject, name: str, payload: int) -> None:
@@ -1103,12 +1137,51 @@ class StoresAgree(RuleBasedStateMachine):
         position = data.draw(st.integers(0, 3), label="position")
         self.both("receive_signal", claim, position, f"signal:{name}", name, self.now())
 
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), ends=st.sampled_from(["succeeds", "fails", "early"]))
+    def child_wakes_parent(self, data: st.DataObject, ends: str) -> None:
+        """A held workflow spawns a child and suspends waiting for it; the child is then
+        claimed and ends: its end wakes the parent (or, when it ended before the parent
+        suspended, the suspension sees it), alike on both."""
+        self.op = "workflow"
+        parent = data.draw(st.sampled_from(self.held), label="parent")
+        now = self.now()
+        position = data.draw(st.integers(0, 3), label="position")
+        kid = NewTask("kid", {"of": parent.task_id}, now, 1, None)
+        spawned = self.both("spawn", parent, position, "spawn:kid", [kid], now)
+        if not spawned or not spawned[0].created:
+            return
+        kid_id = spawned[0].task_id
+        if ends == "early":
+            self.end_kid(owner="w2", kid_id=kid_id, ends="succeeds")
+        self.both(
+            "suspend",
+            parent,
+            now + timedelta(seconds=60),
+            now,
+            detail="gather",
+            children=([kid_id], 0),
+        )
+        if ends != "early":
+            self.end_kid(owner="w2", kid_id=kid_id, ends=ends)
+
+    def end_kid(self, *, owner: str, kid_id: int, ends: str) -> None:
+        now = self.now()
+        claims = self.both("claim", owner, 5, now, LEASE, ["kid"])
+        self.held.extend(claims)
+        for claim in claims:
+            if claim.task_id == kid_id and ends == "succeeds":
+                self.both("complete", claim, 1, now)
+            elif claim.task_id == kid_id:
+                self.both("fail", claim, BOOM, None, now)
+
     @invariant()
     def steps_and_signals_match(self) -> None:
         """Every task's checkpoints and signals (but their ids), alike on both (a purge or
         a delete takes them away); a signal taken once, by one position."""
         for task_id in [*self.ids(), *UNKNOWN_IDS]:
             assert self.memory.steps(task_id) == self.sql.steps(task_id), f"steps of {task_id}"
+            assert self.memory.children(task_id) == self.sql.children(task_id)
             mem = [replace(s, id=0) for s in self.memory.signals(task_id)]
             assert mem == [replace(s, id=0) for s in self.sql.signals(task_id)]
             taken = [s.consumed_position for s in mem if s.consumed_position is not None]

@@ -351,3 +351,14 @@ task_waits = Table(
     Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
     Column("signal", Text),
 )
+
+#: The children a workflow spawned (``ctx.spawn``), with the step that spawned each: a
+#: child's end wakes its parent, in the child's own outcome transaction.
+task_children = Table(
+    "task_children",
+    metadata,
+    Column("child_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("parent_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("position", Integer, nullable=False),
+)
+Index("ix_task_children_parent", task_children.c.parent_id)

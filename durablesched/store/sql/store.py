@@ -458,8 +458,17 @@ class SQLStore(Transactions):
         *,
         detail: str,
         signal: str | None = None,
+        children: tuple[Sequence[int], int] | None = None,
     ) -> TaskState | None:
-        return workflows.suspend(self, claim, until, now, detail, signal)
+        return workflows.suspend(self, claim, until, now, detail, signal, children)
+
+    def spawn(
+        self, claim: Claim, position: int, step: str, tasks: Sequence[NewTask], now: datetime
+    ) -> list[Submitted] | None:
+        return workflows.spawn(self, claim, position, step, tasks, now)
+
+    def children(self, task_id: int) -> list[int]:
+        return workflows.children(self, task_id)
 
     def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
         return workflows.send_signal(self, task_id, name, payload, now)

@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
-from durablesched.records import Claim, SignalRecord, StepRecord
+from durablesched.records import Claim, NewTask, SignalRecord, StepRecord, Submitted
 from durablesched.states import TERMINAL, TaskState
 from durablesched.store.protocol import Effect
 from durablesched.store.sql.codec import dump, from_db_time, opt_time
 from durablesched.store.sql.outcomes import claim_params
 from durablesched.store.sql.statements import VALID
+from durablesched.store.sql.submitting import insert
 from durablesched.store.sql.transactions import Transactions
 
 #: The claim's task, locked (PostgreSQL: a reclaim waits for this transaction, and one
@@ -84,6 +85,19 @@ SQL_SIGNALS = text(
     "SELECT id, task_id, name, payload, sent_at, consumed_at, consumed_position "
     "FROM task_signals WHERE task_id = :id ORDER BY id"
 )
+#: How many of the awaited children are finished (a suspension compares what it saw).
+SQL_CHILDREN_ENDED = text(
+    "SELECT COUNT(*) FROM tasks WHERE id IN :ids AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+).bindparams(bindparam("ids", expanding=True))
+SQL_DUE_NOW = text(
+    "UPDATE tasks SET due_at = :now WHERE id = :id AND state = 'PENDING' AND due_at > :now"
+)
+SQL_INSERT_CHILD = text(
+    "INSERT INTO task_children (child_id, parent_id, position) VALUES (:child, :id, :position)"
+)
+SQL_CHILDREN = text(
+    "SELECT c.child_id FROM task_children c WHERE c.parent_id = :id ORDER BY c.child_id"
+)
 #: A task's checkpoints, by position.
 SQL_STEPS = text(
     "SELECT task_id, position, name, result, recorded_at, attempt FROM task_steps "
@@ -130,6 +144,7 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
     now: datetime,
     detail: str,
     signal: str | None,
+    children: tuple[Sequence[int], int] | None,
 ) -> TaskState | None:
     """``Store.suspend``."""
     with tx._write(f"suspending task {claim.task_id}") as conn:
@@ -146,6 +161,11 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
         else:
             conn.execute(SQL_PUT_WAIT, {**params, "signal": signal})
             conn.execute(SQL_DUE_IF_SIGNALLED, {**params, "signal": signal})
+        if children is not None and state is TaskState.PENDING:
+            ids, seen = children
+            ended = conn.execute(SQL_CHILDREN_ENDED, {"ids": list(ids) or [0]}).scalar_one()
+            if ended > seen:  # a child ended while this attempt ran: no wake-up is lost
+                conn.execute(SQL_DUE_NOW, params)
         tx._event(conn, claim.task_id, now, state, row.attempts, detail)
         tx._wake_others(conn)  # its due time may be sooner than a sleeping worker's next
         return state
@@ -214,6 +234,44 @@ def signals(tx: Transactions, task_id: int) -> list[SignalRecord]:
     ]
 
 
+def spawn(  # noqa: PLR0917 - the protocol's arguments, in its order
+    tx: Transactions,
+    claim: Claim,
+    position: int,
+    step: str,
+    tasks: Sequence[NewTask],
+    now: datetime,
+) -> list[Submitted] | None:
+    """``Store.spawn``: the children, their parent link and the step, together."""
+    with tx._write(f"spawning children of task {claim.task_id}") as conn:
+        params = {**claim_params(tx, claim, now), "position": position}
+        if conn.execute(SQL_LOCK_VALID, params).first() is None:
+            return None
+        if conn.execute(SQL_STEP_AT, params).first() is not None:
+            return None
+        submitted = insert(tx, conn, tasks, now)
+        for sub in submitted:
+            if sub.created:
+                conn.execute(SQL_INSERT_CHILD, {**params, "child": sub.task_id})
+        conn.execute(
+            SQL_INSERT_STEP,
+            {
+                **params,
+                "name": step,
+                "result": dump({"ids": [sub.task_id for sub in submitted]}),
+                "attempt": claim.attempt,
+            },
+        )
+        tx._wake_others(conn)
+        return submitted
+
+
+def children(tx: Transactions, task_id: int) -> list[int]:
+    """``Store.children``."""
+    with tx._read(f"reading the children of task {task_id}") as conn:
+        return [r[0] for r in conn.execute(SQL_CHILDREN, {"id": task_id})]
+
+
 def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
     """``Store.steps``."""
     with tx._read(f"reading the steps of task {task_id}") as conn:
@@ -232,10 +290,12 @@ def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
 
 
 __all__ = [
+    "children",
     "receive_signal",
     "record_step",
     "send_signal",
     "signals",
+    "spawn",
     "steps",
     "suspend",
 ]
