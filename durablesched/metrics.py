@@ -107,12 +107,19 @@ class StoreCollector:
         paused = GaugeMetricFamily(
             "durablesched_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
         )
+        at_limit = GaugeMetricFamily(
+            "durablesched_queue_keys_at_limit",
+            "Limit keys of the queue with as many tasks RUNNING as its concurrency per key "
+            "allows (0 without a limit per key).",
+            labels=["queue"],
+        )
         for info in self.store.queue_info(now, finished=False):
             for state, count in info["counts"].items():
                 tasks.add_metric([info["name"], state], count)
             oldest.add_metric([info["name"]], info["oldest_waiting_seconds"] or 0.0)
             paused.add_metric([info["name"]], float(info["paused"]))
-        yield from (tasks, oldest, paused)
+            at_limit.add_metric([info["name"]], float(info["keys_at_limit"]))
+        yield from (tasks, oldest, paused, at_limit)
 
     def _attempts(self, totals: list[AttemptTotal]) -> Iterator[Metric]:
         family = CounterMetricFamily(

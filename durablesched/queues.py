@@ -115,22 +115,32 @@ class QueueLimits:
     concurrency: int | None = None
     rate: Rate | None = None
     paused: bool = False
+    #: At most this many tasks of one ``limit_key`` RUNNING at once (None: no limit per key).
+    concurrency_per_key: int | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.name)
-        if self.concurrency is not None and (
-            isinstance(self.concurrency, bool)
-            or not isinstance(self.concurrency, int)
-            or not 1 <= self.concurrency <= 2**31 - 1
+        for what, value in (
+            ("concurrency", self.concurrency),
+            ("concurrency per key", self.concurrency_per_key),
         ):
-            raise InvalidTaskError(
-                f"a queue's concurrency must be a positive integer, got {self.concurrency!r}"
-            )
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1
+            ):
+                raise InvalidTaskError(
+                    f"a queue's {what} must be a positive integer, got {value!r}"
+                )
 
     @property
     def limited(self) -> bool:
-        """True if a claim must count before it starts anything of this queue."""
-        return self.paused or self.concurrency is not None or self.rate is not None
+        """True if a claim must count (or, per key, take the queue's lock) before it starts
+        anything of this queue."""
+        return (
+            self.paused
+            or self.concurrency is not None
+            or self.rate is not None
+            or self.concurrency_per_key is not None
+        )
 
     def allowance(self, wanted: int, running: int, started: list[datetime], now: datetime) -> int:
         """How many of ``wanted`` tasks a claim at ``now`` may start: ``running`` are
@@ -173,6 +183,9 @@ class QueueInfo(TypedDict):
     paused: bool
     concurrency: int | None
     rate: str | None
+    concurrency_per_key: int | None
+    #: Limit keys with as many tasks RUNNING as the queue's concurrency per key allows.
+    keys_at_limit: int
     counts: dict[str, int]
     running: int
     oldest_waiting_seconds: float | None

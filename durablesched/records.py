@@ -155,6 +155,8 @@ class NewTask(NamedTuple):
     #: The named queue it waits in, and its priority there (higher runs first).
     queue: str = DEFAULT_QUEUE
     priority: int = 0
+    #: The key its queue's per-key limits count it under (None: none).
+    limit_key: str | None = None
 
 
 class Submitted(NamedTuple):
@@ -195,6 +197,8 @@ class TaskRecord:
     priority: int = 0
     #: The trace context it was submitted in (docs/tracing.md), kept apart from ``args``.
     trace: TraceCarrier | None = None
+    #: The key its queue's per-key limits count it under (None: none).
+    limit_key: str | None = None
 
     @property
     def effective_key(self) -> str:

@@ -79,6 +79,9 @@ class TaskDefinition:
     #: The queue its tasks wait in, and their priority there, unless a submit says.
     queue: str = DEFAULT_QUEUE
     priority: int = 0
+    #: Makes a task's limit key of its arguments (called as the function is), unless a
+    #: submit gives one: see docs/queues.md, "Limits per key".
+    limit_key: Callable[..., str] | None = None
     #: An ``async def`` function: it runs on the worker's event loop. Worked out
     #: once: ``inspect`` costs more per call than a no-op task.
     is_async: bool = field(init=False)
@@ -152,6 +155,7 @@ class TaskRegistry:
         priority: int = 0,
         retry_on: ExceptionTypes | None = None,
         dont_retry_on: ExceptionTypes | None = None,
+        limit_key: Callable[..., str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register the decorated function under ``name`` (default: its qualified name),
         and stand a :class:`Task` in its place: call it and the function runs here;
@@ -165,7 +169,8 @@ class TaskRegistry:
         to 100, higher first) are where its tasks wait, unless a submit says.
         ``retry_on`` and ``dont_retry_on`` (an exception class or a tuple of them)
         replace those of ``retry`` (default: the registry's policy): which
-        failures are retried at all (see :class:`RetryPolicy`).
+        failures are retried at all (see :class:`RetryPolicy`). ``limit_key``, called
+        with a task's arguments, makes its limit key (docs/queues.md, "Limits per key").
         """
 
         def decorate(fn: Callable[P, R]) -> Task[P, R]:
@@ -180,6 +185,7 @@ class TaskRegistry:
                 priority=priority,
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
+                limit_key=limit_key,
             )
             return Task(definition)
 
@@ -198,6 +204,7 @@ class TaskRegistry:
         priority: int = 0,
         retry_on: ExceptionTypes | None = None,
         dont_retry_on: ExceptionTypes | None = None,
+        limit_key: Callable[..., str] | None = None,
     ) -> TaskDefinition:
         task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
         if not task_name or not task_name.strip():
@@ -226,7 +233,13 @@ class TaskRegistry:
             _timeout(task_name, timeout),
             _configured(check_queue, queue, f"task {task_name!r}: queue"),
             _configured(check_priority, priority, f"task {task_name!r}: priority"),
+            limit_key,
         )
+        if limit_key is not None and not callable(limit_key):
+            raise ConfigurationError(
+                f"task {task_name!r}: limit_key must be a function of the task's arguments, "
+                f"got {limit_key!r}"
+            )
         self._tasks[task_name] = definition
         self._names = frozenset(self._tasks)
         return definition
@@ -304,6 +317,7 @@ class TaskOptions:
     queue: str | None = None
     priority: int | None = None
     max_attempts: int | None = None
+    limit_key: str | None = None
     #: The caller's open transaction to store the task in (SQL stores; docs/api.md).
     connection: Connection | DBAPIConnection | None = None
 
@@ -352,6 +366,7 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         max_attempts: int | None = None,
         connection: Connection | DBAPIConnection | None = None,
+        limit_key: str | None = None,
     ) -> Task[P, R]:
         """This task, enqueued with these settings: due ``at`` (timezone-aware) or after
         ``delay``, with an idempotency ``key``, in ``queue`` at ``priority``, given
@@ -371,6 +386,7 @@ class Task(Generic[P, R]):
             priority=old.priority if priority is None else priority,
             max_attempts=old.max_attempts if max_attempts is None else max_attempts,
             connection=old.connection if connection is None else connection,
+            limit_key=old.limit_key if limit_key is None else limit_key,
         )
         return Task(self.definition, options)
 

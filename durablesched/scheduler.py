@@ -121,6 +121,7 @@ class Scheduler:
                     priority=options.priority,
                     positional=args or None,
                     definition=task.definition,
+                    limit_key=options.limit_key,
                 )
             ]
 
@@ -178,8 +179,11 @@ class Scheduler:
                     priority=options.priority,
                     positional=positional,
                     definition=definition,
+                    limit_key=options.limit_key,
                 )
-                further[id(task)] = FurtherCalls(first, definition, len(call.args))
+                further[id(task)] = FurtherCalls(
+                    first, definition, len(call.args), options.limit_key
+                )
                 new.append(first)
             built[:] = new
             return new
@@ -309,6 +313,7 @@ class Scheduler:
         queue: str | None = None,
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
+        limit_key: str | None = None,
     ) -> int:
         """Store a task and return its id.
 
@@ -323,6 +328,8 @@ class Scheduler:
         transaction and exists if and only if that transaction commits: an
         SQLAlchemy ``Connection`` on the store's database, or the driver's own
         (``sqlite3.Connection``, ``psycopg.Connection``), such as Django's.
+        With ``limit_key``, the queue's limits per key count it under that key
+        (docs/queues.md, "Limits per key").
         """
         return self.submit_info(
             name,
@@ -335,6 +342,7 @@ class Scheduler:
             queue=queue,
             priority=priority,
             positional=positional,
+            limit_key=limit_key,
         ).task_id
 
     def submit_info(
@@ -350,6 +358,7 @@ class Scheduler:
         queue: str | None = None,
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
+        limit_key: str | None = None,
     ) -> Submitted:
         """:meth:`submit`, saying more, in the same one write: ``Submitted(task_id,
         created, enqueued_at)``, where ``enqueued_at`` is the task's stored
@@ -371,6 +380,7 @@ class Scheduler:
                     queue=queue,
                     priority=priority,
                     positional=positional,
+                    limit_key=limit_key,
                 )
             ]
 
@@ -391,6 +401,7 @@ class Scheduler:
         max_attempts: int | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        limit_key: str | None = None,
     ) -> list[int]:
         """Store many tasks of one name in one transaction; ids in the same order."""
 
@@ -405,6 +416,7 @@ class Scheduler:
                 registry=self.registry,
                 queue=queue,
                 priority=priority,
+                limit_key=limit_key,
             )
 
         tracer = tracing_hook.tracer
@@ -437,9 +449,13 @@ class Scheduler:
         concurrency: int | Keep | None = KEEP,
         rate: Rate | str | Keep | None = KEEP,
         paused: bool | Keep = KEEP,
+        concurrency_per_key: int | Keep | None = KEEP,
     ) -> QueueLimits:
         """Change a queue's limits (None removes one; what is not given stays); the queue is
-        made if new. Every worker obeys the change from its next claim. Returns the limits."""
+        made if new. Every worker obeys the change from its next claim. Returns the limits.
+
+        ``concurrency_per_key``: at most that many tasks of one ``limit_key`` running at once
+        (docs/queues.md, "Limits per key")."""
         check_queue(name)
         current = {q.name: q for q in self.store.queue_limits()}.get(name, QueueLimits(name))
         if isinstance(rate, str):
@@ -451,6 +467,9 @@ class Scheduler:
             current.concurrency if isinstance(concurrency, Keep) else concurrency,
             current.rate if isinstance(rate, Keep) else rate,
             current.paused if isinstance(paused, Keep) else paused,
+            current.concurrency_per_key
+            if isinstance(concurrency_per_key, Keep)
+            else concurrency_per_key,
         )
         self.store.put_queue(limits, self.clock.now())
         return limits

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from durablesched.errors import InvalidTaskArgumentsError, InvalidTaskError, UnknownTaskNameError
 from durablesched.queues import check_priority, check_queue
-from durablesched.records import DEFAULT_QUEUE, POSITIONAL, TRACE, NewTask
+from durablesched.records import DEFAULT_QUEUE, POSITIONAL, TRACE, JSONArgs, NewTask
 from durablesched.retry import DEFAULT_RETRY
 
 if TYPE_CHECKING:
@@ -44,7 +44,42 @@ API_NAMES: Mapping[str, str] = {
     "key": "idempotency key",
     "queue": "queue",
     "priority": "priority",
+    "limit_key": "limit_key",
 }
+
+#: The longest limit key (it shows in ``queue ls`` and the dashboard as it is).
+MAX_LIMIT_KEY_LENGTH = 200
+
+
+def check_limit_key(limit_key: object, what: str = "limit_key") -> str:
+    """A limit key: a non-empty string of at most 200 characters."""
+    if not isinstance(limit_key, str) or not limit_key:
+        raise InvalidTaskError(f"{what} must be a non-empty string, got {limit_key!r}")
+    if len(limit_key) > MAX_LIMIT_KEY_LENGTH:
+        raise InvalidTaskError(f"{what} is longer than {MAX_LIMIT_KEY_LENGTH} characters")
+    return limit_key
+
+
+def _limit_key(
+    definition: TaskDefinition | None,
+    limit_key: str | None,
+    args: JSONArgs,
+    positional: Sequence[Any] | None,
+    names: Mapping[str, str] = API_NAMES,
+) -> str | None:
+    """The limit key a submit gives, else the one its definition makes of its arguments."""
+    if limit_key is not None:
+        return check_limit_key(limit_key, names["limit_key"])
+    if definition is None or definition.limit_key is None:
+        return None
+    make = definition.limit_key
+    try:
+        made = make(*(positional or ()), **args)
+    except Exception as e:  # the user's function: its failure, named
+        raise InvalidTaskError(
+            f"task {definition.name!r}: its limit_key function failed: {type(e).__name__}: {e}"
+        ) from e
+    return check_limit_key(made, f"task {definition.name!r}: the limit key its function made")
 
 
 #: One strict encoder (no NaN, no infinities), made once: bulk submits call it per task.
@@ -130,6 +165,7 @@ def build_task(
     priority: int | None = None,
     positional: Sequence[Any] | None = None,
     definition: TaskDefinition | None = None,
+    limit_key: str | None = None,
 ) -> NewTask:
     """Validate one submission and say exactly what is wrong with it.
 
@@ -155,7 +191,8 @@ def build_task(
     queue, priority = _placement(definition, queue, priority, names)
     # Last: a well-formed submit whose arguments the function cannot take.
     _check_binding(definition, checked, what)
-    return NewTask(name, checked, due_at, max_attempts, key, args_json, queue, priority)
+    made = _limit_key(definition, limit_key, checked, positional, names)
+    return NewTask(name, checked, due_at, max_attempts, key, args_json, queue, priority, made)
 
 
 def _placement(
@@ -187,8 +224,10 @@ def build_many(
     registry: TaskRegistry | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    limit_key: str | None = None,
 ) -> list[NewTask]:
-    """Validate many submissions of one name: the shared options once, each task's arguments."""
+    """Validate many submissions of one name: the shared options once, each task's arguments
+    (and the limit key its definition makes of them, where it makes one)."""
     items = iter(args_list)
     for args in items:
         first = build_task(
@@ -201,6 +240,7 @@ def build_many(
             registry=registry,
             queue=queue,
             priority=priority,
+            limit_key=limit_key,
         )
         break
     else:
@@ -215,8 +255,15 @@ def build_many(
     fits = {tuple(first.args)}
     # Tasks without arguments are all alike: one immutable NewTask stands for each.
     queue, priority = first.queue, first.priority
-    bare = NewTask(name, {}, due_at, attempts, None, "{}", queue, priority)
+    made = limit_key is None and definition is not None and definition.limit_key is not None
+    bare = NewTask(name, {}, due_at, attempts, None, "{}", queue, priority, first.limit_key)
     for args in items:
+        if made:
+            checked, args_json = check_args(args, what)
+            _check_binding(definition, checked, what)
+            key = _limit_key(definition, None, checked, None)
+            append(NewTask(name, checked, due_at, attempts, None, args_json, queue, priority, key))
+            continue
         if not args and (args is None or type(args) is dict):
             if () not in fits:
                 _check_binding(definition, {}, what)
@@ -228,7 +275,11 @@ def build_many(
         if arg_names not in fits:
             _check_binding(definition, checked, what)
             fits.add(arg_names)
-        append(NewTask(name, checked, due_at, attempts, None, args_json, queue, priority))
+        append(
+            NewTask(
+                name, checked, due_at, attempts, None, args_json, queue, priority, first.limit_key
+            )
+        )
     return tasks
 
 
@@ -237,11 +288,18 @@ class FurtherCalls:
     :func:`build_task` checked whole: each further call only its arguments, and their
     binding once per shape of argument names (as :func:`build_many` does)."""
 
-    __slots__ = ("_definition", "_first", "_fits", "_what")
+    __slots__ = ("_definition", "_first", "_fits", "_limit_key", "_what")
 
     def __init__(
-        self, first: NewTask, definition: TaskDefinition | None, positional_count: int
+        self,
+        first: NewTask,
+        definition: TaskDefinition | None,
+        positional_count: int,
+        limit_key: str | None = None,
     ) -> None:
+        #: The options' limit key (checked with the first call); without one, the
+        #: definition's function makes each call's.
+        self._limit_key = limit_key
         self._first = first
         self._definition = definition
         self._fits = {(tuple(first.args), positional_count)}
@@ -254,6 +312,9 @@ class FurtherCalls:
         if shape not in self._fits:
             _check_binding(self._definition, checked, self._what)
             self._fits.add(shape)
+        limit_key = self._limit_key
+        if limit_key is None:
+            limit_key = _limit_key(self._definition, None, checked, positional)
         return NewTask(
             first.name,
             checked,
@@ -263,6 +324,7 @@ class FurtherCalls:
             args_json,
             first.queue,
             first.priority,
+            limit_key,
         )
 
 

@@ -1,4 +1,5 @@
-"""``durablesched queue ls|set|pause|resume``: named queues and their global limits."""
+"""``durablesched queue ls|set|pause|resume``: named queues, their global limits and their
+limits per key."""
 
 from __future__ import annotations
 
@@ -35,19 +36,32 @@ def register(commands: Commands) -> None:
         help="at most COUNT starts per window across every worker: 10/s, 100/m, 5/10s, "
         "1000/h ('none' lifts it)",
     )
+    setting(
+        p,
+        "--concurrency-per-key",
+        help="at most this many of its tasks of one limit_key RUNNING at once across every "
+        "worker ('none' lifts it)",
+    )
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
+    limits_given = any(
+        v is not None for v in (args.concurrency, args.rate, args.concurrency_per_key)
+    )
     if args.action == "ls":
-        if args.name is not None or args.concurrency is not None or args.rate is not None:
-            raise UsageError("queue ls takes no queue name, --concurrency or --rate")
+        if args.name is not None or limits_given:
+            raise UsageError(
+                "queue ls takes no queue name, --concurrency, --rate or --concurrency-per-key"
+            )
         return _ls(args)
     if args.name is None:
         raise UsageError(f"queue {args.action} needs the queue's name")
-    if args.action != "set" and (args.concurrency is not None or args.rate is not None):
-        raise UsageError(f"queue {args.action} takes no --concurrency or --rate")
-    if args.action == "set" and args.concurrency is None and args.rate is None:
-        raise UsageError("queue set needs --concurrency, --rate or both")
+    if args.action != "set" and limits_given:
+        raise UsageError(
+            f"queue {args.action} takes no --concurrency, --rate or --concurrency-per-key"
+        )
+    if args.action == "set" and not limits_given:
+        raise UsageError("queue set needs --concurrency, --rate or --concurrency-per-key")
     changes = _changes(args)
     from durablesched.scheduler import Scheduler
 
@@ -86,6 +100,13 @@ def _changes(args: argparse.Namespace) -> dict[str, object]:
         changes["concurrency"] = (
             None if none else positive_int("--concurrency", args.concurrency, maximum=2**31 - 1)
         )
+    if args.concurrency_per_key is not None:
+        none = args.concurrency_per_key.strip().lower() == "none"
+        changes["concurrency_per_key"] = (
+            None
+            if none
+            else positive_int("--concurrency-per-key", args.concurrency_per_key, maximum=2**31 - 1)
+        )
     if args.rate is not None:
         if args.rate.strip().lower() == "none":
             changes["rate"] = None
@@ -114,6 +135,7 @@ def _ls(args: argparse.Namespace) -> int:
             q["running"],
             "-" if q["concurrency"] is None else q["concurrency"],
             q["rate"] or "-",
+            _per_key(q),
             _age(q),
             q["counts"]["SUCCEEDED"],
             q["counts"]["FAILED"],
@@ -121,9 +143,26 @@ def _ls(args: argparse.Namespace) -> int:
         ]
         for q in infos
     ]
-    headers = ["queue", "state", "waiting", "running", "concurrency", "rate", "oldest wait"]
+    headers = [
+        "queue",
+        "state",
+        "waiting",
+        "running",
+        "concurrency",
+        "rate",
+        "per key",
+        "oldest wait",
+    ]
     print(table([*headers, "succeeded", "failed", "cancelled"], rows))
     return EXIT_OK
+
+
+def _per_key(info: QueueInfo) -> str:
+    """The concurrency per key and how many keys are at it: ``1 (3 at limit)``."""
+    per_key = info["concurrency_per_key"]
+    if per_key is None:
+        return "-"
+    return f"{per_key} ({info['keys_at_limit']} at limit)"
 
 
 def _age(info: QueueInfo) -> str:
@@ -139,6 +178,7 @@ def _limits_dict(limits: QueueLimits) -> dict[str, object]:
         "concurrency": limits.concurrency,
         "rate": None if limits.rate is None else str(limits.rate),
         "paused": limits.paused,
+        "concurrency_per_key": limits.concurrency_per_key,
     }
 
 
@@ -148,4 +188,6 @@ def _describe(limits: QueueLimits) -> str:
         f"concurrency {limits.concurrency if limits.concurrency is not None else 'unlimited'}",
         f"rate {limits.rate if limits.rate is not None else 'unlimited'}",
     ]
+    if limits.concurrency_per_key is not None:
+        parts.append(f"concurrency per key {limits.concurrency_per_key}")
     return ", ".join(parts)

@@ -105,6 +105,11 @@ class MemoryStore(MemoryWorkflows):
         self._queues: dict[str, QueueLimits] = {DEFAULT_QUEUE: QueueLimits(DEFAULT_QUEUE)}
         #: Ended attempts, added with each outcome (``durablesched.totals``).
         self._totals: Tally = {}
+        #: Every task ever submitted with a limit key, by (queue, key); and the head of each
+        #: key of a queue with a concurrency per key: the key's one claimable task the
+        #: claim may take (migration 0013 says when it changes).
+        self._by_key: dict[tuple[str, str], set[int]] = {}
+        self._heads: dict[tuple[str, str], int] = {}
         #: Start times each rate-limited queue's window still remembers.
         self._starts: dict[str, list[datetime]] = {}
         self._tasks: dict[int, TaskRecord] = {}
@@ -206,6 +211,9 @@ class MemoryStore(MemoryWorkflows):
             self._promote(now)
             allowed = self._allowances(limit, now, queues)
             skipped: dict[str, list[_ReadyEntry]] = {}
+            #: Limit keys claimed from in this call: one claim takes at most one task of a
+            #: key (the head it found), as the SQL claim's one statement does.
+            keys_taken: set[tuple[str, str]] = set()
             while len(claims) < limit:
                 heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
                 if not heads:
@@ -216,12 +224,19 @@ class MemoryStore(MemoryWorkflows):
                 if task is None:
                     self._stale -= 1
                     continue
-                if (names is not None and task.name not in names) or task.due_at > now:
+                if (
+                    (names is not None and task.name not in names)
+                    or task.due_at > now
+                    or self._held_back(task)
+                    or (task.limit_key is not None and (queue, task.limit_key) in keys_taken)
+                ):
                     # Another name, or made ready by a claim at a later time (its caller
                     # read the clock after this one's): not due at this claim's time.
                     skipped.setdefault(queue, []).append(entry)
                     continue
                 allowed[queue] -= 1
+                if task.limit_key is not None and self._heads.get(key := (queue, task.limit_key)):
+                    keys_taken.add(key)
                 if queue in self._starts:
                     self._starts[queue].append(now)
                 claims.append(self._start(task, owner, now, lease, task.name in process_names))
@@ -508,7 +523,16 @@ class MemoryStore(MemoryWorkflows):
 
     def put_queue(self, limits: QueueLimits, now: datetime) -> None:
         with self._lock:
+            before = self._queues.get(limits.name)
             self._queues[limits.name] = limits
+            if before is None or before.concurrency_per_key != limits.concurrency_per_key:
+                # As SQL_TOUCH_KEYS does: heads chosen afresh, in task id order per key.
+                for q, key in list(self._heads):
+                    if q == limits.name:
+                        del self._heads[(q, key)]
+                for q, key in sorted(self._by_key, key=lambda k: min(self._by_key[k], default=0)):
+                    if q == limits.name:
+                        self._sync_key(q, key)
             if limits.rate is None:
                 self._starts.pop(limits.name, None)
             else:
@@ -523,6 +547,8 @@ class MemoryStore(MemoryWorkflows):
                     paused=q.paused,
                     concurrency=q.concurrency,
                     rate=None if q.rate is None else str(q.rate),
+                    concurrency_per_key=q.concurrency_per_key,
+                    keys_at_limit=0,
                     counts={state.value: 0 for state in shown},
                     running=0,
                     oldest_waiting_seconds=None,
@@ -542,6 +568,13 @@ class MemoryStore(MemoryWorkflows):
                     info["oldest_waiting_seconds"] = (
                         waited if oldest is None else max(oldest, waited)
                     )
+            for (queue, _), ids in self._by_key.items():
+                cap = self._queues[queue].concurrency_per_key
+                running = sum(
+                    1 for i in ids if i in self._tasks and self._tasks[i].state is TaskState.RUNNING
+                )
+                if cap is not None and running >= cap:
+                    infos[queue]["keys_at_limit"] += 1
         return [infos[name] for name in sorted(infos)]
 
     def check(self, now: datetime, *, overdue_after: timedelta = OVERDUE_AFTER) -> HealthReport:
@@ -899,6 +932,7 @@ class MemoryStore(MemoryWorkflows):
             queue=new.queue,
             priority=new.priority,
             trace=trace,
+            limit_key=new.limit_key,
         )
         if new.queue not in self._queues:
             self._queues[new.queue] = QueueLimits(new.queue)
@@ -907,6 +941,9 @@ class MemoryStore(MemoryWorkflows):
         if new.idempotency_key is not None:
             self._keys[new.idempotency_key] = task_id
         heapq.heappush(self._heap, (task.due_at, task.seq, task_id))
+        if new.limit_key is not None:
+            self._by_key.setdefault((new.queue, new.limit_key), set()).add(task_id)
+            self._sync_key(new.queue, new.limit_key)
         return Submitted(task_id, True, now)
 
     def _promote(self, now: datetime) -> None:
@@ -1070,8 +1107,50 @@ class MemoryStore(MemoryWorkflows):
             on_finished((task.id,))
 
     def _put(self, task: TaskRecord) -> TaskRecord:
+        old = self._tasks.get(task.id)
         self._tasks[task.id] = task
+        key = task.limit_key
+        if key is not None:
+            if old is not None and old.queue != task.queue:
+                self._by_key[(old.queue, key)].discard(task.id)
+                self._sync_key(old.queue, key)
+                self._by_key.setdefault((task.queue, key), set()).add(task.id)
+            self._sync_key(task.queue, key)
         return task
+
+    def _sync_key(self, queue: str, key: str) -> None:
+        """Bring the head of (``queue``, ``key``) up to date, as migration 0013's triggers
+        do: a head stays while claimable; a new one only while the key is below its limit."""
+        limits = self._queues.get(queue)
+        cap = None if limits is None else limits.concurrency_per_key
+        if cap is None:
+            self._heads.pop((queue, key), None)
+            return
+        ids = self._by_key.get((queue, key), set())
+        ids &= self._tasks.keys()  # purged or deleted tasks leave
+        tasks = [self._tasks[i] for i in ids]
+        head = self._heads.get((queue, key))
+        if head is not None and (head not in ids or self._tasks[head].state not in CLAIMABLE):
+            head = None
+        running = sum(1 for t in tasks if t.state is TaskState.RUNNING)
+        if head is None and running < cap:
+            waiting = [t for t in tasks if t.state in CLAIMABLE]
+            if waiting:
+                head = min(waiting, key=lambda t: (t.due_at, -t.priority, t.seq)).id
+        if head is None:
+            self._heads.pop((queue, key), None)
+        else:
+            self._heads[(queue, key)] = head
+
+    def _held_back(self, task: TaskRecord) -> bool:
+        """Whether ``task`` waits behind its limit key's head (or the key is at its limit)."""
+        key = task.limit_key
+        if key is None:
+            return False
+        limits = self._queues.get(task.queue)
+        if limits is None or limits.concurrency_per_key is None:
+            return False
+        return self._heads.get((task.queue, key)) != task.id
 
     def _event(
         self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None

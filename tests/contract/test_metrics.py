@@ -71,6 +71,7 @@ def test_what_each_metric_counts(store: BackendStore) -> None:
     assert value("durablesched_queue_oldest_waiting_seconds", queue="mail") == 39
     assert value("durablesched_queue_oldest_waiting_seconds", queue="default") == 0
     assert value("durablesched_queue_paused", queue="mail") == 0
+    assert value("durablesched_queue_keys_at_limit", queue="mail") == 0
     attempts = "durablesched_attempts_total"
     assert value(attempts, queue="default", task="ok", outcome="succeeded") == 2
     assert value(attempts, queue="default", task="ok", outcome="failed") == 0  # listed, 0
@@ -106,6 +107,7 @@ def test_the_types_are_prometheus_types(store: BackendStore) -> None:
         "durablesched_tasks": "gauge",
         "durablesched_queue_oldest_waiting_seconds": "gauge",
         "durablesched_queue_paused": "gauge",
+        "durablesched_queue_keys_at_limit": "gauge",
         "durablesched_attempts": "counter",
         "durablesched_attempt_duration_seconds": "histogram",
         "durablesched_workers_alive": "gauge",

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Connection, text
 
 from durablesched import QueueLimits, Rate, TaskState
-from durablesched.records import Claim, NewTask
+from durablesched.records import Claim, NewTask, Outcome
 from durablesched.schedules import firing, sync
 from durablesched.schedules.declaration import schedule
 from durablesched.store.sql import claiming, scheduling
@@ -283,3 +283,77 @@ def test_two_workers_starting_together_store_a_declared_schedule_once(
     assert finishes_or_blocks(second, watcher)
     gate.released.set()
     assert sorted([first.answer(), second.answer()]) == [False, True]
+
+
+# -- limits per key (issue 32) ---------------------------------------------------------------
+
+
+def keyed(n: int, key: str = "k") -> list[NewTask]:
+    return [NewTask("t", {}, at(10), 3, None, queue="q", limit_key=key) for _ in range(n)]
+
+
+def test_a_key_freed_while_its_next_task_is_submitted_gets_a_head(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a per-key head can lose: an outcome frees the key while another
+    transaction submits the key's next task. Each alone sees the other's row as it was:
+    the outcome finds no task to promote, the submit finds the key full. The triggers
+    take the queue's row first, so the second waits for the first and sees its change."""
+    a, b = stores
+    a.put_queue(QueueLimits("q", concurrency_per_key=1), T0)
+    (first,) = [s.task_id for s in a.submit(keyed(1), T0)]
+    (claim,) = a.claim("a", 1, at(10), LEASE)
+    gate = Gate()
+    claim_rows = claiming.claim_rows  # as store.py imported it
+
+    def recorded_then_held(*args: Any, **kwargs: Any) -> list[Any]:
+        gate()  # the outcome is written (its trigger ran), its transaction still open
+        return claim_rows(*args, **kwargs)
+
+    monkeypatch.setattr(sql_store, "claim_rows", recorded_then_held)
+
+    done = Run(
+        lambda: a.record_and_claim([Outcome(claim)], at(11), owner="a", limit=1, lease=LEASE)
+    )
+    assert gate.reached.wait(WAIT)
+    submitted = Run(lambda: b.submit(keyed(1), at(11)))
+    # The submit's trigger waits for the queue's row, which the outcome's trigger holds.
+    finished_early = finishes_or_blocks(submitted, watcher)
+    gate.released.set()
+    done.answer()
+    (second,) = [s.task_id for s in submitted.answer()]
+    assert not finished_early, "the submit did not wait for the outcome's key"
+    task = a.get(first)
+    assert task is not None and task.state is TaskState.SUCCEEDED
+    # The key is free and its new task is its head: the next claim takes it.
+    assert [c.task_id for c in b.claim("b", 5, at(12), LEASE)] == [second]
+
+
+def test_two_hosts_claiming_one_key_at_once_start_one(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = stores
+    a.put_queue(QueueLimits("q", concurrency_per_key=1), T0)
+    a.submit(keyed(4) + keyed(1, "other"), T0)
+    gate = Gate()
+    claim_rows = claiming.claim_rows
+
+    def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = claim_rows(*args, **kwargs)
+        gate()  # the first claim took k's head, its transaction still open
+        return rows
+
+    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    first = Run(lambda: a.claim("a", 1, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    second = Run(lambda: b.claim("b", 4, at(10), LEASE))
+    finishes_or_blocks(second, watcher)
+    gate.released.set()
+    claims: list[Claim] = first.answer() + second.answer()
+    running = [t for t in a.list_tasks(state=TaskState.RUNNING) if t.limit_key == "k"]
+    assert len(running) == 1, f"{len(running)} of key k running, its limit is 1"
+    assert len(claims) == 2  # k's head, and other's

@@ -152,6 +152,8 @@ NAMES = ["a", "b", "c"]
 OWNERS = ["w1", "w2"]
 QUEUES = ["default", "mail", "api"]
 PRIORITIES = [-5, 0, 0, 5]
+#: Limit keys (issue 32): most tasks have none.
+LIMIT_KEYS = [None, None, "x", "y"]
 #: What a worker may ask of each queue: every queue, some queues, or none.
 QUEUE_ASKS: list[dict[str, int] | None] = [
     None,
@@ -459,6 +461,7 @@ class StoresAgree(RuleBasedStateMachine):
                 None,
                 data.draw(st.sampled_from(QUEUES), label=f"{label} queue"),
                 data.draw(st.sampled_from(PRIORITIES), label=f"{label} priority"),
+                data.draw(st.sampled_from(LIMIT_KEYS), label=f"{label} limit key"),
             )
             for i in range(count)
         ]
@@ -567,13 +570,21 @@ class StoresAgree(RuleBasedStateMachine):
             [None, None, Rate(1, timedelta(seconds=10)), Rate(2, timedelta(seconds=30))]
         ),
         paused=st.sampled_from([False, False, True]),
+        per_key=st.sampled_from([None, None, 1, 2]),
     )
     def put_queue(
-        self, queue: str, concurrency: int | None, rate: Rate | None, paused: bool
+        self,
+        queue: str,
+        concurrency: int | None,
+        rate: Rate | None,
+        paused: bool,
+        per_key: int | None,
     ) -> None:
-        """Limits and pause, as an operator sets them: no task changes."""
+        """Limits and pause, as an operator sets them: no task changes state (a changed
+        limit per key chooses its keys' heads afresh)."""
         self.op = "read"
-        self.both("put_queue", QueueLimits(queue, concurrency, rate, paused), self.now())
+        limits = QueueLimits(queue, concurrency, rate, paused, per_key)
+        self.both("put_queue", limits, self.now())
 
     @rule()
     def queues(self) -> None:
@@ -623,10 +634,34 @@ class StoresAgree(RuleBasedStateMachine):
         self.op = "claim"
         now = self.now() - timedelta(seconds=behind)
         running = self.running_by_queue()
+        keys_running = self.keys_running()
         claims = self.both(
             "claim", owner, limit, now, LEASE, names, process_names=in_process, queues=queues
         )
         self.check_claims(claims, limit, names, queues, running, now=now)
+        self.check_keys(claims, keys_running)
+
+    def keys_running(self) -> dict[tuple[str, str], int]:
+        """Per (queue, limit key), how many RUNNING, counted from the model's tasks."""
+        counts: dict[tuple[str, str], int] = {}
+        for t in self.memory.list_tasks(state=TaskState.RUNNING, limit=1_000_000):
+            if t.limit_key is not None:
+                counts[(t.queue, t.limit_key)] = counts.get((t.queue, t.limit_key), 0) + 1
+        return counts
+
+    def check_keys(self, claims: list[Claim], before: dict[tuple[str, str], int]) -> None:
+        """A claim starts at most one task of a limit key, and none of a key already at its
+        queue's concurrency per key."""
+        limits = {q.name: q for q in self.memory.queue_limits()}
+        tasks = {t.id: t for t in self.memory.list_tasks(limit=1_000_000)}
+        taken: set[tuple[str, str]] = set()
+        for c in claims:
+            key, cap = tasks[c.task_id].limit_key, limits[c.queue].concurrency_per_key
+            if key is None or cap is None:
+                continue
+            assert (c.queue, key) not in taken, "one claim started two tasks of a limit key"
+            taken.add((c.queue, key))
+            assert before.get((c.queue, key), 0) < cap, "a limit key went past its limit"
 
     def running_by_queue(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -1313,7 +1348,7 @@ class PostgresAgrees(StoresAgree):
             conn.execute(
                 text(
                     "TRUNCATE tasks, task_events, idempotency_keys, effect_log, "
-                    "durablesched_queue_starts, durablesched_workers, "
+                    "durablesched_queue_starts, durablesched_workers, durablesched_limit_keys, "
                     "durablesched_attempt_totals CASCADE"
                 )
             )
@@ -1321,7 +1356,7 @@ class PostgresAgrees(StoresAgree):
             conn.execute(
                 text(
                     "UPDATE durablesched_queues SET concurrency = NULL, rate_count = NULL, "
-                    "rate_seconds = NULL, paused = 0"
+                    "rate_seconds = NULL, paused = 0, concurrency_per_key = NULL"
                 )
             )
             conn.execute(text("ALTER SEQUENCE durablesched_task_seq RESTART WITH 1"))

@@ -36,8 +36,18 @@ def test_queue_set_makes_a_queue_says_so_and_keeps_what_it_is_not_told(run: Run)
         "concurrency": None,
         "rate": "10/s",
         "paused": True,
+        "concurrency_per_key": None,
     }
     assert run("queue", "resume", "api").out.strip().startswith("queue 'api': active")
+    per_key = run("queue", "set", "api", "--concurrency-per-key", "1")
+    assert per_key.out.strip() == (
+        "queue 'api': active, concurrency unlimited, rate 10/s, concurrency per key 1"
+    )
+    listed = {q["name"]: q for q in json.loads(run("--json", "queue", "ls").out)}
+    assert (listed["api"]["concurrency_per_key"], listed["api"]["keys_at_limit"]) == (1, 0)
+    assert "1 (0 at limit)" in run("queue", "ls").out
+    bad = run("queue", "set", "api", "--concurrency-per-key", "0")
+    assert bad.code == 2 and "--concurrency-per-key" in bad.err
 
 
 def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None:
@@ -53,7 +63,8 @@ def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None
     assert mail["oldest_waiting_seconds"] is not None and mail["oldest_waiting_seconds"] >= 0
     text = run("queue", "ls").out
     assert text.splitlines()[0].split() == [
-        "queue", "state", "waiting", "running", "concurrency", "rate", "oldest", "wait",
+        "queue", "state", "waiting", "running", "concurrency", "rate", "per", "key", "oldest",
+        "wait",
         "succeeded", "failed", "cancelled",
     ]  # fmt: skip
     assert any(
@@ -68,9 +79,12 @@ def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None
         (["queue", "set", "api", "--concurrency", "x"], "--concurrency"),
         (["queue", "set", "api", "--rate", "10/x"], "--rate"),
         (["queue", "set", "bad name", "--rate", "1/s"], "queue's name"),
-        (["queue", "set", "api"], "--concurrency, --rate or both"),
+        (["queue", "set", "api"], "--concurrency, --rate or --concurrency-per-key"),
         (["queue", "pause"], "needs the queue's name"),
-        (["queue", "pause", "api", "--rate", "1/s"], "takes no --concurrency or --rate"),
+        (
+            ["queue", "pause", "api", "--rate", "1/s"],
+            "takes no --concurrency, --rate or --concurrency-per-key",
+        ),
         (["queue", "ls", "api"], "queue ls takes no queue name"),
         (["queue", "drop", "api"], "invalid choice"),
         (["submit", "t", "--queue", "a b"], "--queue"),

@@ -21,7 +21,7 @@ DOCS_WITH_EXAMPLES = {
     "dashboard.md": 1,
     "execution.md": 3,
     "metrics.md": 1,
-    "queues.md": 1,
+    "queues.md": 2,
     "schedules.md": 5,
     "tracing.md": 1,
     "workflows.md": 1,

@@ -90,11 +90,11 @@ def claim_rows(
 
 
 def queue_limits(row: Any) -> QueueLimits:
-    """A ``durablesched_queues`` row (name, concurrency, rate_count, rate_seconds, paused)
-    as the limits it stores."""
-    name, concurrency, rate_count, rate_seconds, paused = row
+    """A ``durablesched_queues`` row (name, concurrency, rate_count, rate_seconds, paused,
+    concurrency_per_key) as the limits it stores."""
+    name, concurrency, rate_count, rate_seconds, paused, per_key = row
     rate = None if rate_count is None else Rate(rate_count, timedelta(seconds=rate_seconds))
-    return QueueLimits(name, concurrency, rate, bool(paused))
+    return QueueLimits(name, concurrency, rate, bool(paused), per_key)
 
 
 @functools.lru_cache(maxsize=64)

@@ -87,4 +87,5 @@ def record(row: Row[Any]) -> TaskRecord:
         queue=row.queue,
         priority=row.priority,
         trace=trace,
+        limit_key=row.limit_key,
     )

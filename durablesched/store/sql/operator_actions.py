@@ -24,6 +24,7 @@ from durablesched.store.sql.statements import (
     SQL_ACTIVITY_RECLAIMS,
     SQL_COUNT_BY_STATE,
     SQL_KEY_HELD_BY_OTHER,
+    SQL_KEYS_AT_LIMIT,
     SQL_OLDEST_OVERDUE,
     SQL_OVERDUE_BY_NAME,
     SQL_PURGE_BATCH,
@@ -153,10 +154,15 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 paused=limits.paused,
                 concurrency=limits.concurrency,
                 rate=None if limits.rate is None else str(limits.rate),
+                concurrency_per_key=limits.concurrency_per_key,
+                keys_at_limit=0,
                 counts={state.value: 0 for state in shown},
                 running=0,
                 oldest_waiting_seconds=None,
             )
+        for queue, at_limit in conn.execute(SQL_KEYS_AT_LIMIT):
+            if queue in infos:
+                infos[queue]["keys_at_limit"] = at_limit
         counts = SQL_QUEUE_COUNTS if finished else tx.dialect.live_queue_counts
         for r in conn.execute(counts, {"now": tx._t(now)}):
             info = infos.get(r.queue)

@@ -71,7 +71,8 @@ def _claim(arms: int, names: int) -> str:
     def arm(k: int) -> str:
         return (
             "SELECT id, priority, due_at, seq FROM tasks "
-            f"WHERE queue = :q{k} AND {CLAIMABLE_SQL} AND due_at <= :now {names_in(names)} "
+            f"WHERE queue = :q{k} AND key_waiting = 0 AND {CLAIMABLE_SQL} AND due_at <= :now "
+            f"{names_in(names)} "
             f"ORDER BY priority DESC, due_at, seq LIMIT :l{k} FOR UPDATE SKIP LOCKED"
         )
 

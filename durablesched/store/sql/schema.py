@@ -63,6 +63,12 @@ tasks = Table(
     Column("environment", Text),
     Column("queue", Text, nullable=False, server_default=text("'default'")),
     Column("priority", Integer, nullable=False, server_default=text("0")),
+    #: The key its queue's per-key limits count it under (NULL: none).
+    Column("limit_key", Text),
+    #: 1: a claimable task of a limit key that is not its key's head (the key's one
+    #: claimable task the claim may take, kept by the triggers of migration 0013), so
+    #: out of the claim's walk; 0 for every other task.
+    Column("key_waiting", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("priority BETWEEN -100 AND 100", name="ck_tasks_priority"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
@@ -70,10 +76,12 @@ tasks = Table(
 )
 
 #: The claim walks this index, one queue at a time, in (priority desc, due_at,
-#: seq) order over claimable rows only, so finished rows never slow it down.
+#: seq) order over claimable rows only, so finished rows never slow it down, and
+#: over ``key_waiting = 0`` only, so a busy limit key's backlog is never walked.
 Index(
     "ix_tasks_queue_claimable",
     tasks.c.queue,
+    tasks.c.key_waiting,
     tasks.c.priority.desc(),
     tasks.c.due_at,
     tasks.c.seq,
@@ -103,6 +111,25 @@ Index(
     unique=True,
     sqlite_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
     postgresql_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
+)
+#: A limit key's claimable tasks in the order its head is chosen (the triggers).
+Index(
+    "ix_tasks_key_claimable",
+    tasks.c.queue,
+    tasks.c.limit_key,
+    tasks.c.due_at,
+    tasks.c.priority.desc(),
+    tasks.c.seq,
+    sqlite_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
+    postgresql_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
+)
+#: A limit key's RUNNING tasks, counted by the triggers.
+Index(
+    "ix_tasks_key_running",
+    tasks.c.queue,
+    tasks.c.limit_key,
+    sqlite_where=text("limit_key IS NOT NULL AND state = 'RUNNING'"),
+    postgresql_where=text("limit_key IS NOT NULL AND state = 'RUNNING'"),
 )
 Index("ix_tasks_state_name", tasks.c.state, tasks.c.name)
 #: The dashboard's task list, newest first, one index per filter it walks
@@ -191,7 +218,13 @@ queues = Table(
     Column("rate_seconds", Integer),
     Column("paused", Integer, nullable=False, server_default=text("0")),
     Column("updated_at", Time),
+    #: At most this many RUNNING tasks per ``tasks.limit_key`` (NULL: no limit per key).
+    Column("concurrency_per_key", Integer),
     CheckConstraint("concurrency IS NULL OR concurrency >= 1", name="ck_queues_concurrency"),
+    CheckConstraint(
+        "concurrency_per_key IS NULL OR concurrency_per_key >= 1",
+        name="ck_queues_concurrency_per_key",
+    ),
     CheckConstraint(
         "(rate_count IS NULL AND rate_seconds IS NULL) OR (rate_count >= 1 AND rate_seconds >= 1)",
         name="ck_queues_rate",
@@ -207,6 +240,19 @@ queue_starts = Table(
     Column("at", Time, nullable=False),
 )
 Index("ix_durablesched_queue_starts", queue_starts.c.queue, queue_starts.c.at)
+
+#: The limit keys of queues with a concurrency per key that have a task RUNNING or
+#: claimable, kept by the triggers of migration 0013 in every transaction that changes
+#: such a task: how many RUNNING, and the head (the one claimable task the claim may
+#: take; NULL while the key is at its limit or has none). Idle keys have no row.
+limit_keys = Table(
+    "durablesched_limit_keys",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("limit_key", Text, primary_key=True),
+    Column("running", Integer, nullable=False),
+    Column("head_id", Id),
+)
 
 # -- schedules (docs/schedules.md) -----------------------------------------------------------
 

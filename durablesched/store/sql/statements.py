@@ -26,7 +26,7 @@ VALID = (
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment, queue, priority"
+    "created_at, updated_at, finished_at, environment, queue, priority, limit_key"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
@@ -53,8 +53,8 @@ SQL_FIND_KEY = text(
 #: New tasks, straight to the driver's executemany; ``{p}`` is its placeholder.
 INSERT_TASK = (
     "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "idempotency_key, created_at, updated_at, queue, priority) "
-    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p}, {p}, {p})"
+    "idempotency_key, created_at, updated_at, queue, priority, limit_key) "
+    "VALUES ({p}, {p}, {p}, {p}, 'PENDING', {p}, 0, {p}, 0, {p}, {p}, {p}, {p}, {p}, {p})"
 )
 #: The conflict target of a key-holding task's key: the partial unique index
 #: ``ux_tasks_idempotency_key``, named by its columns and predicate.
@@ -74,17 +74,42 @@ SQL_ENSURE_QUEUE = text(
 
 #: Every queue and its limits.
 QUEUE_ROWS = (
-    "SELECT name, concurrency, rate_count, rate_seconds, paused FROM durablesched_queues "
+    "SELECT name, concurrency, rate_count, rate_seconds, paused, concurrency_per_key "
+    "FROM durablesched_queues "
     "ORDER BY name"
 )
 SQL_QUEUES = text(QUEUE_ROWS)
 #: A queue's limits set (the row made if new).
 SQL_PUT_QUEUE = text(
     "INSERT INTO durablesched_queues (name, concurrency, rate_count, rate_seconds, paused, "
-    "updated_at) VALUES (:name, :concurrency, :rate_count, :rate_seconds, :paused, :now) "
+    "updated_at, concurrency_per_key) VALUES (:name, :concurrency, :rate_count, :rate_seconds, "
+    ":paused, :now, :concurrency_per_key) "
     "ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, "
+    "concurrency_per_key = excluded.concurrency_per_key, "
     "rate_count = excluded.rate_count, rate_seconds = excluded.rate_seconds, "
     "paused = excluded.paused, updated_at = excluded.updated_at"
+)
+#: A queue's concurrency per key (no row: none).
+SQL_QUEUE_PER_KEY = text("SELECT concurrency_per_key FROM durablesched_queues WHERE name = :name")
+#: A queue's concurrency per key changed: forget its keys' heads, let every task of it be
+#: claimed, then (with a limit per key) hold back every keyed claimable task ...
+SQL_FORGET_KEYS = text("DELETE FROM durablesched_limit_keys WHERE queue = :name")
+SQL_UNBLOCK_KEYS = text("UPDATE tasks SET key_waiting = 0 WHERE queue = :name AND key_waiting = 1")
+SQL_BLOCK_KEYS = text(
+    "UPDATE tasks SET key_waiting = 1 WHERE queue = :name AND limit_key IS NOT NULL "
+    f"AND {CLAIMABLE_SQL}"
+)
+#: ... and give each live key its head: setting a task's state to itself fires the
+#: triggers of migration 0013 for its key (one task per key).
+SQL_TOUCH_KEYS = text(
+    "UPDATE tasks SET state = state WHERE id IN (SELECT min(id) FROM tasks "
+    "WHERE queue = :name AND limit_key IS NOT NULL "
+    "AND state IN ('PENDING', 'RETRY_WAIT', 'RUNNING') GROUP BY limit_key)"
+)
+#: Per queue with a concurrency per key, how many keys have that many RUNNING.
+SQL_KEYS_AT_LIMIT = text(
+    "SELECT k.queue, count(*) FROM durablesched_limit_keys k JOIN durablesched_queues q "
+    "ON q.name = k.queue WHERE k.running >= q.concurrency_per_key GROUP BY k.queue"
 )
 #: How many tasks of queue ``:queue`` run now, anywhere.
 SQL_RUNNING_IN_QUEUE = text("SELECT count(*) FROM tasks WHERE state = 'RUNNING' AND queue = :queue")

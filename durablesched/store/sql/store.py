@@ -80,9 +80,11 @@ from durablesched.store.sql.outcomes import (
     record_success,
 )
 from durablesched.store.sql.statements import (
+    SQL_BLOCK_KEYS,
     SQL_CANCEL_RUNNING,
     SQL_CANCEL_WAITING,
     SQL_CREATED,
+    SQL_FORGET_KEYS,
     SQL_GET,
     SQL_GET_MANY,
     SQL_HISTORY,
@@ -90,11 +92,14 @@ from durablesched.store.sql.statements import (
     SQL_NEXT_DUE,
     SQL_NEXT_EXPIRY,
     SQL_PUT_QUEUE,
+    SQL_QUEUE_PER_KEY,
     SQL_QUEUE_STARTS,
     SQL_QUEUES,
     SQL_RELEASE,
     SQL_SEE_WORKER,
     SQL_STATE_AND_ENVIRONMENT,
+    SQL_TOUCH_KEYS,
+    SQL_UNBLOCK_KEYS,
     sql_list_tasks,
 )
 from durablesched.store.sql.submitting import insert
@@ -585,9 +590,20 @@ class SQLStore(Transactions):
             "rate_seconds": None if rate is None else int(rate.per.total_seconds()),
             "paused": int(limits.paused),
             "now": self._t(now),
+            "concurrency_per_key": limits.concurrency_per_key,
         }
+        name = {"name": limits.name}
         with self._write(f"setting queue {limits.name!r}") as conn:
+            if self.dialect.lock_queues is not None:  # before any task row (the triggers' order)
+                conn.execute(self.dialect.lock_queues, {"names": [limits.name]})
+            before = conn.execute(SQL_QUEUE_PER_KEY, name).scalar()
             conn.execute(SQL_PUT_QUEUE, params)
+            if before != limits.concurrency_per_key:
+                conn.execute(SQL_FORGET_KEYS, name)
+                conn.execute(SQL_UNBLOCK_KEYS, name)
+                if limits.concurrency_per_key is not None:
+                    conn.execute(SQL_BLOCK_KEYS, name)
+                    conn.execute(SQL_TOUCH_KEYS, name)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once
 
     def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:

@@ -195,6 +195,7 @@ def _rows(
             stamp,
             task.queue,
             task.priority,
+            task.limit_key,
         )
         for task_id, task in zip(ids, new, strict=True)
     ]

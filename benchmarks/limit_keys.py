@@ -1,0 +1,210 @@
+"""Limits per key (issue 32): what a claim costs with a busy key's backlog ahead, and what
+the per-key machinery costs a queue that does not use it.
+
+``python -m benchmarks.limit_keys [--tasks N] [--keys K] [--busy B] [--claims C]
+[--plain N] [--rounds R] [--pg URL]``
+
+1. **Busy key.** ``--tasks`` pending tasks in one queue over ``--keys`` limit keys, one
+   of which (the busy key) holds ``--busy`` of them ahead of every other (a higher
+   priority, due first), with a concurrency per key of 1 and the busy key running
+   one. ``--claims`` claims of 10 are timed (each takes 10 other keys' heads) against
+   the same claims in a queue of as many tasks without limit keys. Target: a ratio
+   of at most 1.5 at 1,000,000 tasks, 10,000 keys, 100,000 busy.
+2. **Plain queue.** ``--plain`` tasks without keys submitted and drained through the
+   store (claims of 32 and group commits of their successes, one thread) with the
+   triggers of migration 0013 in place and dropped: what a queue without limit keys
+   pays for them (target: at most 5 %). For the whole change, run
+   ``python -m benchmarks.run`` (the worker throughput) on main and on this branch.
+
+On SQLite in a temporary file (``durability=normal``); with ``--pg URL``, also on
+PostgreSQL, each database in a fresh schema of that server, dropped afterwards.
+Debouncing (the issue's third target) is not built yet: nothing to time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy import text
+
+from durablesched import PostgresStore, QueueLimits, SQLiteStore
+from durablesched.records import NewTask, Outcome
+from durablesched.store.sql.store import SQLStore
+
+from .common import NOW, fresh
+
+LEASE = timedelta(minutes=10)
+BATCH = 10_000
+DROP_TRIGGERS = {
+    "sqlite": [
+        "DROP TRIGGER durablesched_limit_key_insert",
+        "DROP TRIGGER durablesched_limit_key_update",
+        "DROP TRIGGER durablesched_limit_key_leave",
+        "DROP TRIGGER durablesched_limit_key_delete",
+    ],
+    "postgresql": [
+        "DROP TRIGGER durablesched_limit_key_insert ON tasks",
+        "DROP TRIGGER durablesched_limit_key_update ON tasks",
+        "DROP TRIGGER durablesched_limit_key_delete ON tasks",
+    ],
+}
+
+
+def fill(store: SQLStore, tasks: int, keys: int, busy: int, keyed: bool) -> None:
+    """``tasks`` pending tasks in queue q: ``busy`` first (priority 5, due first) under
+    key ``busy``, the rest spread over ``keys - 1`` other keys (no keys unless ``keyed``);
+    then the limit per key, and one of the busy key running."""
+    others = max(keys - 1, 1)
+
+    def task(i: int) -> NewTask:
+        if i < busy:
+            return NewTask("t", {}, NOW, 1, None, "{}", "q", 5, "busy" if keyed else None)
+        key = f"key:{i % others}" if keyed else None
+        return NewTask("t", {}, NOW + timedelta(seconds=1), 1, None, "{}", "q", 0, key)
+
+    for start in range(0, tasks, BATCH):
+        store.submit([task(i) for i in range(start, min(tasks, start + BATCH))], NOW)
+    if keyed:
+        # Set after the fill: each key's head is chosen once, by the change of limit.
+        store.put_queue(QueueLimits("q", concurrency_per_key=1), NOW)
+    (first,) = store.claim("w", 1, NOW + timedelta(seconds=5), LEASE)
+    assert first.priority == 5
+
+
+def claim_times(store: SQLStore, claims: int, keyed: bool) -> list[float]:
+    """Seconds per claim of 10, ``claims`` of them (with keys: none of the busy key's)."""
+    times = []
+    for i in range(claims):
+        now = NOW + timedelta(seconds=10 + i)
+        start = time.perf_counter()
+        taken = store.claim("w", 10, now, LEASE)
+        times.append(time.perf_counter() - start)
+        assert len(taken) == 10
+        assert not keyed or all(c.priority == 0 for c in taken), "a busy key's task started"
+    return times
+
+
+def busy_key(
+    name: str, open_store: Callable[[], SQLStore], *, tasks: int, keys: int, busy: int, claims: int
+) -> None:
+    medians = {}
+    for keyed in (False, True):
+        store = open_store()
+        try:
+            start = time.perf_counter()
+            fill(store, tasks, keys, busy, keyed)
+            built = time.perf_counter() - start
+            times = claim_times(store, claims, keyed)
+        finally:
+            store.close()
+        medians[keyed] = statistics.median(times)
+        print(
+            f"{name}, {'busy key' if keyed else 'no keys'}: built {tasks:,} tasks in "
+            f"{built:.1f}s; claim of 10: median {medians[keyed] * 1000:.2f} ms, "
+            f"max {max(times) * 1000:.2f} ms over {claims}"
+        )
+    print(
+        f"{name}: a claim with a busy key of {busy:,} ahead costs "
+        f"{medians[True] / medians[False]:.2f}x one without keys (target <= 1.5)"
+    )
+
+
+def drain_rate(store: SQLStore, n: int) -> float:
+    """Tasks a second: submit ``n`` plain tasks, then claim 32 and record their successes
+    in group commits until none is left."""
+    start = time.perf_counter()
+    for first in range(0, n, BATCH):
+        store.submit([NewTask("t", {}, NOW, 1) for _ in range(min(BATCH, n - first))], NOW)
+    claims = store.claim("w", 32, NOW, LEASE)
+    done = 0
+    while claims:
+        done += len(claims)
+        _, claims = store.record_and_claim(
+            [Outcome(c) for c in claims], NOW, owner="w", limit=32, lease=LEASE
+        )
+    assert done == n
+    return n / (time.perf_counter() - start)
+
+
+def plain_queue(name: str, open_store: Callable[[], SQLStore], n: int, rounds: int) -> None:
+    rates: dict[str, list[float]] = {"triggers": [], "dropped": []}
+    for _ in range(rounds):
+        for case, found in rates.items():
+            store = open_store()
+            try:
+                if case == "dropped":
+                    with store.engine.begin() as conn:
+                        for sql in DROP_TRIGGERS[store.dialect.name]:
+                            conn.execute(text(sql))
+                found.append(drain_rate(store, n))
+            finally:
+                store.close()
+    with_, without = statistics.median(rates["triggers"]), statistics.median(rates["dropped"])
+    print(
+        f"{name}, plain queue ({n:,} tasks, median of {rounds}): {with_:.0f} tasks/s with the "
+        f"limit-key triggers, {without:.0f} without: {(1 - with_ / without) * 100:+.1f} % "
+        "cost (target <= 5 %)"
+    )
+
+
+@contextlib.contextmanager
+def pg_schemas(base: str) -> Iterator[Callable[[], SQLStore]]:
+    """Stores on fresh schemas of ``base``, each dropped on exit."""
+    import psycopg  # noqa: PLC0415 - optional: only with --pg
+
+    made: list[str] = []
+
+    def open_store() -> SQLStore:
+        name = f"bench_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {name}")
+        made.append(name)
+        sep = "&" if "?" in base else "?"
+        return PostgresStore(f"{base}{sep}options={quote(f'-csearch_path={name}')}")
+
+    try:
+        yield open_store
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            for name in made:
+                admin.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--busy", type=int, default=100_000)
+    parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--plain", type=int, default=20_000, help="tasks per plain-queue run")
+    parser.add_argument("--rounds", type=int, default=3, help="plain-queue runs of each kind")
+    parser.add_argument("--pg", metavar="URL", help="also on this PostgreSQL server")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        counter = iter(range(1_000_000))
+
+        def open_sqlite() -> SQLStore:
+            path = fresh(Path(tmp) / f"keys{next(counter)}.db")
+            return SQLiteStore(path, durability="normal")
+
+        sizes = {"tasks": args.tasks, "keys": args.keys, "busy": args.busy, "claims": args.claims}
+        busy_key("SQLite", open_sqlite, **sizes)
+        plain_queue("SQLite", open_sqlite, args.plain, args.rounds)
+    if args.pg:
+        with pg_schemas(args.pg) as open_pg:
+            busy_key("PostgreSQL", open_pg, **sizes)
+            plain_queue("PostgreSQL", open_pg, args.plain, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""Limits per key (``limit_key``, a queue's ``concurrency_per_key``), on every backend."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from durablesched import InvalidTaskError, ManualClock, QueueLimits, Scheduler, TaskRegistry
+from durablesched.metrics import metrics_text
+from durablesched.records import Claim, ErrorInfo, NewTask, Outcome
+
+from ..conftest import T0, BackendStore, at
+
+LEASE = timedelta(seconds=30)
+
+
+def new(key: str | None, due: float = 10, *, queue: str = "sync", priority: int = 0) -> NewTask:
+    return NewTask("t", {}, at(due), 3, None, None, queue, priority, key)
+
+
+def ids_of(store: BackendStore, tasks: list[NewTask]) -> list[int]:
+    return [s.task_id for s in store.submit(tasks, T0)]
+
+
+def claimed(store: BackendStore, n: int = 10, when: float = 20, owner: str = "w") -> list[int]:
+    return [c.task_id for c in store.claim(owner, n, at(when), LEASE)]
+
+
+def finish(store: BackendStore, task_id: int, when: float = 21) -> None:
+    task = store.get(task_id)
+    assert task is not None
+    claim = [c for c in _claims[id(store)] if c.task_id == task_id][-1]  # this test's
+    results, _ = store.record_and_claim(
+        [Outcome(claim, result=None)], at(when), owner=claim.owner, limit=0, lease=LEASE
+    )
+    assert results != [None]
+
+
+#: Claims taken, by store: an id may be reused by a later test's store, whose claims then
+#: come last.
+_claims: dict[int, list[Claim]] = {}
+
+
+def take(store: BackendStore, n: int = 10, when: float = 20) -> list[int]:
+    claims = store.claim("w", n, at(when), LEASE)
+    _claims.setdefault(id(store), []).extend(claims)
+    return [c.task_id for c in claims]
+
+
+def test_one_at_a_time_per_key_and_other_keys_are_not_held_up(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    a1, a2, a3 = ids_of(store, [new("a"), new("a"), new("a")])
+    b1, b2 = ids_of(store, [new("b", due=11), new("b", due=11)])
+    (plain,) = ids_of(store, [new(None, due=12)])
+    # Busy key a's backlog comes first in the queue's order: the claim takes one of a,
+    # then b's head and the plain task, never a second of a.
+    assert take(store) == [a1, b1, plain]
+    assert take(store) == []  # both keys at their limit
+    finish(store, a1)
+    assert take(store, when=22) == [a2]
+    finish(store, b1)
+    finish(store, a2)
+    assert sorted(take(store, when=23)) == [a3, b2]
+
+
+def test_concurrency_per_key_of_two_and_the_global_limit_on_top(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency=3, concurrency_per_key=2), T0)
+    a = ids_of(store, [new("a") for _ in range(4)])
+    b = ids_of(store, [new("b", due=11) for _ in range(4)])
+    # One claim takes at most one of a key (its head); the next takes the next head.
+    assert take(store) == [a[0], b[0]]
+    assert take(store) == [a[1]]  # the global limit of 3
+    finish(store, a[0])
+    assert take(store, when=22) == [a[2]]  # a's next head comes first in the queue's order
+    assert take(store, when=22) == []  # a: 2 running + b: 1 running = 3
+
+
+def test_a_failed_attempt_frees_its_key_and_its_retry_waits_its_turn(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    first, second = ids_of(store, [new("a"), new("a", due=15)])
+    (claim,) = store.claim("w", 10, at(20), LEASE)
+    assert claim.task_id == first
+    error = ErrorInfo("E", "boom", "")
+    store.record_and_claim(
+        [Outcome(claim, error=error, retry_at=at(40))], at(21), owner="w", limit=0, lease=LEASE
+    )
+    # The key is free: its next task (due first now) runs; the retry waits behind it.
+    assert claimed(store, when=22) == [second]
+    assert claimed(store, when=50) == []
+
+
+def test_an_expired_lease_frees_the_key(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    first, second = ids_of(store, [new("a"), new("a")])
+    assert claimed(store) == [first]
+    assert claimed(store, when=20 + 29) == []
+    store.reclaim_expired(at(20) + LEASE, lambda name, attempt: timedelta(hours=1))
+    assert claimed(store, when=20 + 30) == [second]
+
+
+def test_a_cancelled_head_passes_the_turn(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    first, second = ids_of(store, [new("a"), new("a")])
+    store.request_cancel(first, at(15))
+    assert claimed(store) == [second]
+
+
+def test_setting_and_removing_the_limit_applies_to_tasks_already_waiting(
+    store: BackendStore,
+) -> None:
+    a = ids_of(store, [new("a") for _ in range(3)])
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    assert claimed(store) == [a[0]]
+    assert claimed(store) == []
+    store.put_queue(QueueLimits("sync"), T0)
+    assert claimed(store) == a[1:]
+
+
+def test_a_queue_without_a_limit_per_key_ignores_keys(store: BackendStore) -> None:
+    a = ids_of(store, [new("a") for _ in range(3)])
+    assert claimed(store) == a
+
+
+def test_queue_info_counts_keys_at_their_limit(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    ids_of(store, [new("a"), new("a"), new("b"), new("c")])
+    take(store, n=2)
+    (info,) = [q for q in store.queue_info(at(20)) if q["name"] == "sync"]
+    assert info["concurrency_per_key"] == 1
+    assert info["keys_at_limit"] == 2
+    assert [q.concurrency_per_key for q in store.queue_limits() if q.name == "sync"] == [1]
+
+
+def test_a_task_keeps_its_limit_key(store: BackendStore) -> None:
+    (task_id,) = ids_of(store, [new("customer:42")])
+    task = store.get(task_id)
+    assert task is not None and task.limit_key == "customer:42"
+
+
+def test_the_scheduler_takes_limit_keys_from_submit_options_and_definitions(
+    store: BackendStore,
+) -> None:
+    registry = TaskRegistry()
+
+    @registry.task(
+        name="sync", queue="sync", limit_key=lambda order, customer: f"customer:{customer}"
+    )
+    def sync(order: int, customer: int) -> None: ...
+
+    scheduler = Scheduler(store, registry=registry)
+    scheduler.set_queue("sync", concurrency_per_key=1)
+    by_definition = scheduler.enqueue(sync, order=1, customer=7)
+    by_option = scheduler.enqueue(sync.options(limit_key="vip"), order=2, customer=7)
+    by_submit = scheduler.submit("sync", {"order": 3, "customer": 7}, limit_key="other")
+    assert scheduler.get(by_definition.id).limit_key == "customer:7"
+    assert scheduler.get(by_option.id).limit_key == "vip"
+    assert scheduler.get(by_submit).limit_key == "other"
+    # Each call of a batch gets its own key from the definition, or the options' one.
+    many = scheduler.enqueue_many(
+        [sync.bind(order=4, customer=8), sync.bind(order=5, customer=9)]
+        + [sync.options(limit_key="vip").bind(order=6, customer=1)] * 2
+    )
+    assert [scheduler.get(h.id).limit_key for h in many] == [
+        "customer:8",
+        "customer:9",
+        "vip",
+        "vip",
+    ]
+    batch = scheduler.submit_many(
+        "sync", [{"order": 7, "customer": 3}, {"order": 8, "customer": 4}]
+    )
+    assert [scheduler.get(i).limit_key for i in batch] == ["customer:3", "customer:4"]
+    assert [q.concurrency_per_key for q in scheduler.queues() if q.name == "sync"] == [1]
+    with pytest.raises(InvalidTaskError, match="limit_key must be a non-empty string"):
+        scheduler.submit("sync", {"order": 3, "customer": 7}, limit_key="")
+    with pytest.raises(InvalidTaskError, match="concurrency per key must be a positive"):
+        scheduler.set_queue("sync", concurrency_per_key=0)
+
+
+def test_metrics_count_keys_at_their_limit_per_queue(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    ids_of(store, [new("a"), new("a"), new("b"), new(None)])
+    take(store)
+    text = metrics_text(store, clock=ManualClock(at(20))).decode()
+    samples = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "durablesched_queue_keys_at_limit"
+        for s in f.samples
+    ]
+    assert {s.labels["queue"]: s.value for s in samples} == {"default": 0, "sync": 2}

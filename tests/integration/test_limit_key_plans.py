@@ -1,0 +1,120 @@
+"""A busy limit key's backlog is never walked by a claim (issue 32's target), shown by
+what each database does: SQLite's virtual machine steps for a claim do not grow with the
+busy key's backlog, and PostgreSQL's plan reads no more index rows than it claims.
+
+The busy key holds the queue's best tasks (higher priority, due first), so a claim
+that walked the key's tasks would meet all of them before any other key's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from durablesched import QueueLimits
+from durablesched.records import NewTask
+from durablesched.store.sql.codec import to_db_time
+from durablesched.store.sql.postgres import PostgresStore
+from durablesched.store.sql.sqlite import SQLITE, SQLiteStore
+
+from ..conftest import T0, at
+
+LEASE = timedelta(seconds=30)
+OTHER_KEYS = 200
+
+
+def fill(store: SQLiteStore | PostgresStore, busy: int) -> None:
+    """One busy key with ``busy`` tasks ahead of every other key's one task."""
+    store.put_queue(QueueLimits("q", concurrency_per_key=1), T0)
+    ahead = [NewTask("t", {}, at(1), 3, None, None, "q", 5, "busy") for _ in range(busy)]
+    others = [NewTask("t", {}, at(2), 3, None, None, "q", 0, f"key:{i}") for i in range(OTHER_KEYS)]
+    store.submit(ahead + others, T0)
+    (first,) = store.claim("w", 1, at(10), LEASE)  # the busy key is now at its limit
+    assert first.priority == 5
+
+
+def sqlite_claim_steps(path: Path) -> int:
+    """Virtual machine steps (in thousands' units of the progress handler) of claiming ten
+    tasks from queue q, rolled back."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    params: dict[str, Any] = {
+        "q0": "q",
+        "l0": 10,
+        "limit": 10,
+        "owner": "w2",
+        "now": to_db_time(at(10)),
+        "lease_expires_at": to_db_time(at(40)),
+    }
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.set_progress_handler(count, 100)
+        rows = conn.execute(SQLITE.claim_for(1, 0), params).fetchall()
+        conn.set_progress_handler(None, 100)
+        assert len(rows) == 10
+        assert all(r[10] == 0 for r in rows)  # other keys' tasks, none of the busy key
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    return steps
+
+
+def test_sqlite_claim_does_not_walk_a_busy_keys_backlog(tmp_path: Path) -> None:
+    costs = {}
+    for busy in (100, 5_000):
+        path = tmp_path / f"busy{busy}.db"
+        store = SQLiteStore(path)
+        fill(store, busy)
+        store.close()
+        costs[busy] = sqlite_claim_steps(path)
+    # 50 times the backlog, the same work (a walk would cost ~50 times more).
+    assert costs[5_000] <= costs[100] * 1.2 + 5, costs
+    plan = sqlite3.connect(tmp_path / "busy100.db").execute(
+        "EXPLAIN QUERY PLAN " + SQLITE.claim_for(1, 0),
+        {"q0": "q", "l0": 1, "limit": 1, "owner": "w", "now": "", "lease_expires_at": ""},
+    )
+    details = " ".join(str(r[-1]) for r in plan)
+    assert "ix_tasks_queue_claimable (queue=? AND key_waiting=?)" in details, details
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    yield store
+    store.close()
+
+
+def test_postgres_claim_reads_no_more_rows_than_it_claims(pg_store: PostgresStore) -> None:
+    fill(pg_store, 5_000)
+    arm = pg_store.dialect.claim_for(1, 0).split("picked AS MATERIALIZED (", 1)[1]
+    arm = arm.split(" FOR UPDATE SKIP LOCKED", 1)[0]
+    with pg_store.engine.connect() as conn:
+        conn.execute(text("ANALYZE tasks"))
+        sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + arm.replace("%(q0)s", "'q'").replace(
+            "%(l0)s", "10"
+        ).replace("%(now)s", f"'{at(10).isoformat()}'")
+        (plan,) = conn.execute(text(sql)).scalar_one()
+    scans: list[dict[str, Any]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Scan" in node["Node Type"]:
+            scans.append(node)
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan["Plan"])
+    assert [s.get("Index Name") for s in scans] == ["ix_tasks_queue_claimable"], scans
+    (scan,) = scans
+    assert scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0) <= 10, scan
