@@ -1,4 +1,5 @@
-"""Commands on workflows (docs/workflows.md): ``signal``."""
+"""Commands on workflows (docs/workflows.md): ``signal``, and what ``show`` and
+``retry --from-step`` add for a workflow."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, Refused, UsageError
 from durablesched.cli.options import Commands, option
-from durablesched.cli.output import print_json
+from durablesched.cli.output import print_json, table, when
 from durablesched.cli.values import task_id
 from durablesched.errors import InvalidTaskError, InvalidTransitionError, TaskNotFoundError
+from durablesched.store.protocol import Store
 
 
 def register(commands: Commands) -> None:
@@ -55,3 +57,67 @@ def cmd_signal(args: argparse.Namespace) -> int:
     else:
         print(f"task {wanted}: signal {args.name!r} sent (signal {signal_id})")
     return EXIT_OK
+
+
+def step_position(value: str) -> int:
+    """``--from-step``: a step's position, from 0."""
+    try:
+        position = int(value)
+    except ValueError:
+        raise UsageError(f"--from-step must be a whole number, got {value!r}") from None
+    if not 0 <= position <= 2**31 - 1:
+        raise UsageError(f"--from-step must be 0 or more, got {position}")
+    return position
+
+
+def workflow_of(store: Store, task_id: int) -> dict[str, Any]:
+    """A task's steps, signals and children, as ``show --json`` gives them."""
+    return {
+        "steps": [
+            {
+                "position": s.position,
+                "name": s.name,
+                "result_size": len(json.dumps(s.result, ensure_ascii=False)),
+                "recorded_at": s.recorded_at,
+                "attempt": s.attempt,
+            }
+            for s in store.steps(task_id)
+        ],
+        "signals": [
+            {
+                "id": s.id,
+                "name": s.name,
+                "sent_at": s.sent_at,
+                "taken_at": s.consumed_at,
+                "taken_by_step": s.consumed_position,
+            }
+            for s in store.signals(task_id)
+        ],
+        "children": [
+            {"id": c, "name": r.name if r else None, "state": r.state if r else None}
+            for c in store.children(task_id)
+            for r in [store.get(c)]
+        ],
+    }
+
+
+def print_workflow(flow: dict[str, Any]) -> None:
+    """The steps (sleeps and waits among them), signals and children, where there are."""
+    if flow["steps"]:
+        print("\nsteps:")
+        rows = [
+            [s["position"], s["name"], s["result_size"], when(s["recorded_at"]), s["attempt"]]
+            for s in flow["steps"]
+        ]
+        print(table(["step", "name", "result bytes", "recorded", "attempt"], rows))
+    if flow["signals"]:
+        print("\nsignals:")
+        rows = [
+            [s["id"], s["name"], when(s["sent_at"]), when(s["taken_at"]), s["taken_by_step"]]
+            for s in flow["signals"]
+        ]
+        print(table(["id", "name", "sent", "taken", "by step"], rows))
+    if flow["children"]:
+        print("\nchildren (durablesched show ID):")
+        rows = [[c["id"], c["name"], c["state"]] for c in flow["children"]]
+        print(table(["id", "name", "state"], rows))

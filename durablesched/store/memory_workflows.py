@@ -223,6 +223,27 @@ class MemoryWorkflows:
             recorded.sort(key=lambda s: s.position)
             return submitted
 
+    def forget_steps(self, task_id: int, position: int) -> int:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                raise TaskNotFoundError(f"no task with id {task_id}")
+            if task.state not in TERMINAL:
+                raise InvalidTransitionError(
+                    f"task {task_id} is {task.state}: only a finished workflow's steps can be "
+                    "forgotten"
+                )
+            steps = self._steps.get(task_id, [])
+            kept = [s for s in steps if s.position < position]
+            self._steps[task_id] = kept
+            self._signals[task_id] = [
+                replace(s, consumed_at=None, consumed_position=None)
+                if s.consumed_position is not None and s.consumed_position >= position
+                else s
+                for s in self._signals.get(task_id, [])
+            ]
+            return len(steps) - len(kept)
+
     def children(self, task_id: int) -> list[int]:
         with self._lock:
             return list(self._children.get(task_id, ()))

@@ -455,6 +455,17 @@ class Store(ScheduleStore, Protocol):
         """The ids of the children the task spawned, in order (empty for an unknown id)."""
         ...
 
+    def forget_steps(self, task_id: int, position: int) -> int:
+        """Forget a finished workflow's steps from ``position`` on, so that its next run
+        (``retry --from-step``) runs them again and keeps those before: their checkpoints
+        are deleted and the signals their waits took are given back, to be taken again.
+        Children it spawned stay. Returns how many steps were forgotten.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError` for
+        a live task (its attempt could be replaying them).
+        """
+        ...
+
     def steps(self, task_id: int) -> list[StepRecord]:
         """Every step checkpoint of the task, by position (empty for an unknown id)."""
         ...

@@ -24,6 +24,21 @@ Json = sa.Text().with_variant(postgresql.JSONB(), "postgresql")
 Id = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 
 
+#: The views docs/sql.md documents: the same SQL on both databases.
+VIEWS = {
+    "workflow_steps": (
+        "SELECT s.task_id, t.name AS task, s.position, s.name AS step, "
+        "length(CAST(s.result AS TEXT)) AS result_size, s.recorded_at, s.attempt "
+        "FROM task_steps s JOIN tasks t ON t.id = s.task_id"
+    ),
+    "workflow_signals": (
+        "SELECT g.id, g.task_id, t.name AS task, g.name AS signal, g.sent_at, "
+        "g.consumed_at AS taken_at, g.consumed_position AS taken_by_step "
+        "FROM task_signals g JOIN tasks t ON t.id = g.task_id"
+    ),
+}
+
+
 def upgrade() -> None:
     op.create_table(
         "task_steps",
@@ -63,9 +78,13 @@ def upgrade() -> None:
         sa.Column("position", sa.Integer(), nullable=False),
     )
     op.create_index("ix_task_children_parent", "task_children", ["parent_id"])
+    for name, select in VIEWS.items():
+        op.execute(f"CREATE VIEW {name} AS {select}")
 
 
 def downgrade() -> None:
+    for name in VIEWS:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     op.drop_index("ix_task_children_parent", table_name="task_children")
     op.drop_table("task_children")
     op.drop_table("task_waits")

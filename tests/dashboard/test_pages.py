@@ -231,3 +231,15 @@ def test_a_500_carries_the_security_headers_and_no_traceback(dash: Dash) -> None
     assert answer.headers["x-frame-options"] == "DENY"
     assert answer.headers["cache-control"] == "no-store"
     assert "went away" not in answer.text and "Traceback" not in answer.text
+
+
+def test_a_workflows_page_lists_its_steps_and_links_its_children(dash: Dash) -> None:
+    (parent,) = dash.store.submit([NewTask("flow", {}, T0, 3, None)], T0)
+    (claim,) = dash.store.claim("w1", 1, dash.clock.now(), LEASE)
+    assert dash.store.record_step(claim, 0, "charge <card>", {"id": "ch_1"}, dash.clock.now())
+    kids = dash.store.spawn(claim, 1, "spawn:job", [NewTask("job", {}, T0, 3, None)], T0)
+    assert kids is not None
+    page = dash.client.get(f"/tasks/{parent.task_id}").text
+    assert page.count('<tr class="step">') == 2
+    assert "charge &lt;card&gt;" in page and "spawn:job" in page
+    assert f'href="/tasks/{kids[0].task_id}"' in page

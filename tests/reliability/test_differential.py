@@ -28,7 +28,8 @@ lockstep, comparing every answer:
   (wake times past and to come, cancel requests, waiting for a signal or not),
   ``send_signal`` (live, finished and unknown tasks), ``receive_signal`` (held, lost
   and forged claims), ``spawn`` (held, lost and forged claims, recorded positions),
-  a child's end waking its suspended parent (any finishing operation), and ``steps``,
+  a child's end waking its suspended parent (any finishing operation), ``forget_steps``
+  (finished, live and unknown tasks), and ``steps``,
   ``signals`` and ``children`` of every task after every step;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
@@ -1209,6 +1210,14 @@ class StoresAgree(RuleBasedStateMachine):
                 self.both("complete", claim, 1, now)
             elif claim.task_id == kid_id:
                 self.both("fail", claim, BOOM, None, now)
+
+    @rule(data=st.data(), position=st.integers(0, 3))
+    def forget_steps(self, data: st.DataObject, position: int) -> None:
+        """``retry --from-step``'s first half: a finished workflow's steps from a position
+        forgotten, the signals their waits took given back (a live or unknown task
+        refused alike)."""
+        self.op = "read"
+        self.both("forget_steps", self.task_id(data), position)
 
     @invariant()
     def steps_and_signals_match(self) -> None:

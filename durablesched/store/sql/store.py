@@ -475,6 +475,9 @@ class SQLStore(Transactions):
     def children(self, task_id: int) -> list[int]:
         return workflows.children(self, task_id)
 
+    def forget_steps(self, task_id: int, position: int) -> int:
+        return workflows.forget_steps(self, task_id, position)
+
     def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
         return workflows.send_signal(self, task_id, name, payload, now)
 

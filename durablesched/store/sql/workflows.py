@@ -98,6 +98,12 @@ SQL_INSERT_CHILD = text(
 SQL_CHILDREN = text(
     "SELECT c.child_id FROM task_children c WHERE c.parent_id = :id ORDER BY c.child_id"
 )
+SQL_TASK_STATE = text("SELECT state FROM tasks WHERE id = :id")
+SQL_FORGET_STEPS = text("DELETE FROM task_steps WHERE task_id = :id AND position >= :position")
+SQL_GIVE_BACK_SIGNALS = text(
+    "UPDATE task_signals SET consumed_at = NULL, consumed_position = NULL "
+    "WHERE task_id = :id AND consumed_position >= :position"
+)
 #: A task's checkpoints, by position.
 SQL_STEPS = text(
     "SELECT task_id, position, name, result, recorded_at, attempt FROM task_steps "
@@ -266,6 +272,22 @@ def spawn(  # noqa: PLR0917 - the protocol's arguments, in its order
         return submitted
 
 
+def forget_steps(tx: Transactions, task_id: int, position: int) -> int:
+    """``Store.forget_steps``."""
+    params = {"id": task_id, "position": position}
+    with tx._write(f"forgetting the steps of task {task_id} from {position}") as conn:
+        state = conn.execute(SQL_LOCK_TASK, params).scalar()
+        if state is None:
+            raise TaskNotFoundError(f"no task with id {task_id}")
+        if TaskState(state) not in TERMINAL:
+            raise InvalidTransitionError(
+                f"task {task_id} is {state}: only a finished workflow's steps can be forgotten"
+            )
+        forgotten: int = conn.execute(SQL_FORGET_STEPS, params).rowcount
+        conn.execute(SQL_GIVE_BACK_SIGNALS, params)
+        return forgotten
+
+
 def children(tx: Transactions, task_id: int) -> list[int]:
     """``Store.children``."""
     with tx._read(f"reading the children of task {task_id}") as conn:
@@ -291,6 +313,7 @@ def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
 
 __all__ = [
     "children",
+    "forget_steps",
     "receive_signal",
     "record_step",
     "send_signal",
