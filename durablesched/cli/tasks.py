@@ -14,7 +14,7 @@ from durablesched.cli.app import load_registry
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, Refused, UsageError
 from durablesched.cli.listing import FINISHED_WINDOW, live_first
-from durablesched.cli.options import Commands, option
+from durablesched.cli.options import Commands, option, switch
 from durablesched.cli.output import print_json, record_dict, table, when
 from durablesched.cli.values import parse_duration, positive_int, task_id
 from durablesched.cli.workflows import print_workflow, step_position, workflow_of
@@ -90,11 +90,16 @@ def register(commands: Commands) -> None:
     option(p, "--queue", help="only tasks of this queue")
     option(p, "--limit", help="at most this many")
 
-    for name, func, help in (
-        ("show", cmd_show, "show one task: everything, with its history (and its workflow)"),
-        ("cancel", cmd_cancel, "cancel a task and say what that achieved"),
-    ):
-        commands.add(name, func, help).add_argument("id", help="task id")
+    commands.add(
+        "show", cmd_show, "show one task: everything, with its history (and its workflow)"
+    ).add_argument("id", help="task id")
+    p = commands.add("cancel", cmd_cancel, "cancel a task and say what that achieved")
+    p.add_argument("id", help="task id")
+    switch(
+        p,
+        "--keep-children",
+        help="a workflow: leave the children it spawned running (they are cancelled with it)",
+    )
     p = commands.add("retry", cmd_retry, "put a FAILED or CANCELLED task back to PENDING, due now")
     p.add_argument("id", help="task id")
     option(
@@ -336,7 +341,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     store = open_db(args)
     ended: TaskState | None = None
     try:
-        outcome = Scheduler(store).cancel(wanted)
+        outcome = Scheduler(store).cancel(wanted, children=not args.keep_children)
         if outcome is CancelOutcome.TOO_LATE:  # say how it ended: cancelled already?
             record = store.get(wanted)
             ended = None if record is None else record.state
