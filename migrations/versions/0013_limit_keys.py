@@ -233,6 +233,7 @@ def downgrade() -> None:
     with op.batch_alter_table("durablesched_queues") as batch:
         batch.drop_constraint("ck_queues_concurrency_per_key", type_="check")
         batch.drop_column("concurrency_per_key")
-    with op.batch_alter_table("tasks") as batch:
-        batch.drop_column("key_waiting")
-        batch.drop_column("limit_key")
+    # Plain DROP COLUMN (SQLite 3.35+ too): a batch would rebuild tasks, and SQLite
+    # refuses to rename the rebuilt table under the views that read it.
+    op.execute("ALTER TABLE tasks DROP COLUMN key_waiting")
+    op.execute("ALTER TABLE tasks DROP COLUMN limit_key")
