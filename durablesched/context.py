@@ -497,6 +497,37 @@ class TaskContext:
         step, so a replay returns the same one. Its result: ``ctx.gather(handle)``."""
         return _children.wait_first(self, self._steps(), handles)
 
+    # -- the durable waits in async form: the store is called on a thread ---------------------
+
+    async def asleep_until(self, at: datetime) -> None:
+        """:meth:`sleep_until` for an ``async def`` task (the event loop never waits on
+        the database)."""
+        await asyncio.to_thread(self.sleep_until, at)
+
+    async def asleep_for(self, delay: timedelta) -> None:
+        """:meth:`sleep_for` for an ``async def`` task."""
+        await asyncio.to_thread(self.sleep_for, delay)
+
+    async def await_for_signal(self, name: str, timeout: timedelta | None = None) -> Any:
+        """:meth:`wait_for_signal` for an ``async def`` task."""
+        return await asyncio.to_thread(self.wait_for_signal, name, timeout)
+
+    async def aspawn(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """:meth:`spawn` for an ``async def`` task."""
+        return await asyncio.to_thread(lambda: self.spawn(task, *args, **kwargs))
+
+    async def agather(
+        self, *handles: TaskHandle[Any], return_exceptions: bool = False
+    ) -> list[Any]:
+        """:meth:`gather` for an ``async def`` task."""
+        return await asyncio.to_thread(
+            lambda: self.gather(*handles, return_exceptions=return_exceptions)
+        )
+
+    async def await_first(self, *handles: TaskHandle[Any]) -> TaskHandle[Any]:
+        """:meth:`wait_first` for an ``async def`` task."""
+        return await asyncio.to_thread(self.wait_first, *handles)
+
     def _steps(self) -> StepLog:
         log = self._step_log
         if log is None:

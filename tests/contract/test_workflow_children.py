@@ -220,3 +220,36 @@ def test_cancelling_a_parent_cancels_its_unfinished_children_unless_told_not_to(
     expected = TaskState.CANCELLED if children else TaskState.PENDING
     assert kids == [expected, expected]
     assert scheduler.get(task_id).state is TaskState.CANCELLED
+
+
+def test_an_async_workflow_waits_durably_without_blocking_its_loop(
+    scheduler: Scheduler, registry: TaskRegistry, clock: ManualClock
+) -> None:
+    @registry.task("double")
+    def double(n: int) -> int:
+        return 2 * n
+
+    @registry.task("awf", pass_context=True)
+    async def awf(ctx: TaskContext) -> object:
+        kids = [await ctx.aspawn(double, n) for n in (1, 2)]
+        first = await ctx.await_first(*kids)
+        doubled = await ctx.agather(*kids)
+        await ctx.asleep_for(timedelta(minutes=1))
+        got = await ctx.await_for_signal("go", timeout=timedelta(hours=1))
+        return [first.id in {k.id for k in kids}, doubled, got]
+
+    task_id = scheduler.submit("awf")
+    worker = Worker(scheduler, owner="w")
+    for _ in range(6):
+        worker.run_due()
+    assert scheduler.get(task_id).state is TaskState.PENDING  # asleep, then waiting
+    clock.advance(60)
+    worker.run_due()
+    scheduler.signal(task_id, "go", "yes")
+    worker.run_due()
+    record = scheduler.get(task_id)
+    assert (record.state, record.result, record.attempts) == (
+        TaskState.SUCCEEDED,
+        [True, [2, 4], "yes"],
+        1,
+    )
