@@ -253,3 +253,18 @@ def test_an_async_workflow_waits_durably_without_blocking_its_loop(
         [True, [2, 4], "yes"],
         1,
     )
+
+
+def test_a_reclaim_of_more_tasks_than_one_statement_binds_wakes_their_parents(
+    store: BackendStore,
+) -> None:
+    """Finished tasks wake their parents in batches: a reclaim ends any number at once."""
+    store.submit([NewTask("wf", {}, T0, 3, None)], T0)
+    (parent,) = store.claim("w", 1, at(11), LEASE, names=["wf"])
+    kids = [NewTask("kid", {"i": i}, at(12), 1, None) for i in range(1200)]
+    assert store.spawn(parent, 0, "spawn:kid", kids, at(12)) is not None
+    store.suspend(parent, FOREVER, at(13), detail="waiting")
+    store.claim("w", 1200, at(14), LEASE, names=["kid"])
+    assert len(store.reclaim_expired(at(100), no_delay)) == 1200
+    woken = store.get(parent.task_id)
+    assert woken is not None and woken.due_at == at(13)

@@ -35,6 +35,9 @@ from durablesched.store.sql.statements import (
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
+#: Finished tasks per statement that wakes their parents: well within every database's
+#: limit of bound parameters.
+WAKE_BATCH = 500
 
 
 #: The longest list of finished task ids one notification carries, in characters
@@ -267,7 +270,8 @@ class Transactions:
         ids = list(task_ids)
         if not ids:
             return
-        conn.execute(SQL_WAKE_PARENTS, {"ids": ids})
+        for start in range(0, len(ids), WAKE_BATCH):  # a reclaim may end any number
+            conn.execute(SQL_WAKE_PARENTS, {"ids": ids[start : start + WAKE_BATCH]})
         sql = self.dialect.notify_finished
         if sql is None:
             return
