@@ -6,7 +6,7 @@ import builtins
 import traceback as _traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
@@ -590,6 +590,10 @@ def reclaim_owner(detail: str | None) -> str | None:
 # -- what a dashboard reads (``Console``) --------------------------------------------------------
 
 
+#: An ``after`` cursor older than every task: the list's last page, read from its end.
+OLDEST = (datetime(1, 1, 1, tzinfo=UTC), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskQuery:
     """Which tasks a page of a task list holds: newest first, by ``(created_at, id)``
@@ -597,7 +601,11 @@ class TaskQuery:
 
     ``before`` is the keyset cursor: the ``(created_at, id)`` of the last task of the
     previous page, so that the next page starts right after it without counting
-    the rows before it (a page costs what it shows, however deep it is).
+    the rows before it (a page costs what it shows, however deep it is). ``after``
+    is the cursor the other way: the page is then the *oldest* tasks newer than it
+    (still listed newest first), so that the list can be paged back towards the
+    newest, and its last page read from the oldest end (an ``after`` older than
+    every task: :data:`OLDEST`) at the cost of its first.
     """
 
     state: TaskState | None = None
@@ -610,6 +618,7 @@ class TaskQuery:
     #: Created before this time.
     created_until: datetime | None = None
     before: tuple[datetime, int] | None = None
+    after: tuple[datetime, int] | None = None
 
     def matches(self, task: TaskRecord) -> bool:
         """Whether ``task`` is in the list this query describes (the in-memory reading)."""
@@ -621,6 +630,7 @@ class TaskQuery:
             and (self.created_from is None or task.created_at >= self.created_from)
             and (self.created_until is None or task.created_at < self.created_until)
             and (self.before is None or (task.created_at, task.id) < self.before)
+            and (self.after is None or (task.created_at, task.id) > self.after)
         )
 
 

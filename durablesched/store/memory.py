@@ -658,8 +658,10 @@ class MemoryStore(MemoryWorkflows):
     def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
         with self._lock:
             rows = [t for t in self._tasks.values() if query.matches(t)]
-        rows.sort(key=lambda t: (t.created_at, t.id), reverse=True)
-        return rows[: max(limit, 0)]
+        rows.sort(key=lambda t: (t.created_at, t.id), reverse=query.after is None)
+        if query.after is None:
+            return rows[: max(limit, 0)]
+        return rows[: max(limit, 0)][::-1]  # the oldest after the cursor, newest first
 
     def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:
         counts: dict[datetime, list[int]] = {}

@@ -652,7 +652,8 @@ class Console(Protocol):
 
     def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
         """Up to ``limit`` tasks matching ``query``, newest first: ``(created_at, id)``
-        descending, from just after ``query.before`` if given (keyset pagination)."""
+        descending, from just after ``query.before`` if given (keyset pagination); with
+        ``query.after``, the ``limit`` oldest tasks newer than it, newest first."""
         ...
 
     def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import html
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from durablesched import TaskState, WorkerInfo
 from durablesched.dashboard import create_app
 from durablesched.dashboard.filters import PAGE_SIZE
 from durablesched.dashboard.security import CSP
-from durablesched.records import NewTask
+from durablesched.records import NewTask, TaskQuery
 
 from ..conftest import T0
 from .conftest import LEASE, LOCAL, Dash, failed_task
@@ -243,3 +244,29 @@ def test_a_workflows_page_lists_its_steps_and_links_its_children(dash: Dash) -> 
     assert page.count('<tr class="step">') == 2
     assert "charge &lt;card&gt;" in page and "spawn:job" in page
     assert f'href="/tasks/{kids[0].task_id}"' in page
+
+
+def test_the_list_pages_both_ways_and_opens_at_its_oldest_end(dash: Dash) -> None:
+    dash.store.submit([NewTask("bulk", {"i": i}, T0, 1) for i in range(PAGE_SIZE + 5)], T0)
+    every = [t.id for t in dash.store.find_tasks(TaskQuery(), 1000)]
+
+    def shown(page: str) -> list[int]:
+        return [int(i) for i in re.findall(r'name="ids" value="(\d+)"', page)]
+
+    def links(page: str) -> dict[str, str]:
+        found = re.findall(r'<a href="(/tasks\?[^"]*)"[^>]*>(newest|newer|older|oldest)</a>', page)
+        return {label: html.unescape(href) for href, label in found}
+
+    for query in ("", "state=PENDING&"):
+        first = dash.client.get(f"/tasks?{query}").text
+        assert shown(first) == every[:PAGE_SIZE]
+        assert set(links(first)) == {"older", "oldest"}
+        oldest = dash.client.get(links(first)["oldest"]).text
+        assert shown(oldest) == every[-PAGE_SIZE:]  # the oldest, newest first
+        assert set(links(oldest)) == {"newest", "newer"}
+        newer = dash.client.get(links(oldest)["newer"]).text
+        assert shown(newer) == every[:5]
+        assert set(links(newer)) == {"older", "oldest"}
+        older = dash.client.get(links(newer)["older"]).text
+        assert shown(older) == every[5:]
+        assert query in links(older)["newer"]  # the filter stays

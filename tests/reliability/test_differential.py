@@ -113,6 +113,7 @@ from durablesched import (
 )
 from durablesched.attempts import attempts_from_history
 from durablesched.records import (
+    OLDEST,
     TASK_KEY_PREFIX,
     WORKER_FORGET_AFTER,
     Claim,
@@ -1054,12 +1055,15 @@ class StoresAgree(RuleBasedStateMachine):
         now = self.now()
         ago = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created from")
         until = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created until")
-        before = None
-        if data.draw(st.booleans(), label="cursor"):
-            task = self.memory.get(self.task_id(data))
-            shift = timedelta(seconds=data.draw(st.sampled_from([0, 0, 1, -1]), label="shift"))
-            if task is not None:
-                before = (task.created_at + shift, task.id)
+        cursors: dict[str, tuple[datetime, int] | None] = {"before": None, "after": None}
+        for way in cursors:
+            if data.draw(st.booleans(), label=f"cursor {way}"):
+                task = self.memory.get(self.task_id(data))
+                shift = data.draw(st.sampled_from([0, 0, 1, -1]), label="shift")
+                if task is not None:
+                    cursors[way] = (task.created_at + timedelta(seconds=shift), task.id)
+                elif way == "after":
+                    cursors[way] = OLDEST
         query = TaskQuery(
             state=state,
             queue=queue,
@@ -1067,7 +1071,8 @@ class StoresAgree(RuleBasedStateMachine):
             key=key,
             created_from=None if ago is None else now - timedelta(seconds=ago),
             created_until=None if until is None else now - timedelta(seconds=until),
-            before=before,
+            before=cursors["before"],
+            after=cursors["after"],
         )
         page = self.both("find_tasks", query, limit)
         order = [(t.created_at, t.id) for t in page]

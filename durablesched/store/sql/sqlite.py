@@ -148,7 +148,7 @@ FIND_HINTS = {
     "RUNNING": ("INDEXED BY ix_tasks_running_lease", ""),
     **{
         state: ("INDEXED BY ix_tasks_state_created", STATE_CREATED_SQL)
-        for state in ("RETRY_WAIT", "FAILED", "CANCELLED")
+        for state in ("PENDING", "RETRY_WAIT", "FAILED", "CANCELLED")
     },
 }
 
