@@ -14,6 +14,7 @@ from .clock import Clock as Clock
 from .clock import ManualClock as ManualClock
 from .clock import SystemClock as SystemClock
 from .context import TaskContext as TaskContext
+from .errors import CheckpointRefused as CheckpointRefused
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CorruptDatabase as CorruptDatabase
 from .errors import DatabaseNotFoundError as DatabaseNotFoundError
@@ -38,6 +39,8 @@ from .errors import UnknownTaskNameError as UnknownTaskNameError
 from .errors import UnsupportedOperationError as UnsupportedOperationError
 from .errors import WaitInTaskError as WaitInTaskError
 from .errors import WorkerStopping as WorkerStopping
+from .errors import WorkflowChanged as WorkflowChanged
+from .errors import WorkflowSuspended as WorkflowSuspended
 from .handles import TaskHandle as TaskHandle
 from .queues import QueueInfo as QueueInfo
 from .queues import QueueLimits as QueueLimits
@@ -98,6 +101,7 @@ __all__ = [
     "AttemptInfo",
     "AttemptOutcome",
     "CancelOutcome",
+    "CheckpointRefused",
     "Claim",
     "Clock",
     "ConfigurationError",
@@ -159,5 +163,7 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "WorkerStopping",
+    "WorkflowChanged",
+    "WorkflowSuspended",
     "open_store",
 ]

@@ -7,6 +7,7 @@ lease through its :class:`AttemptSignals`, which the attempt's
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -27,8 +28,19 @@ from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
+from durablesched.workflows import children as _children
+from durablesched.workflows.steps import (
+    StepEffect,
+    StepLog,
+    arun_step,
+    run_step,
+    sleep_until,
+    wait_for_signal,
+)
 
 if TYPE_CHECKING:
+    from durablesched.retry import RetryPolicy
+
     from .scheduler import Scheduler
 
 
@@ -36,6 +48,8 @@ _EVENT_LOCK = threading.Lock()
 #: A typed child's arguments and result (see :meth:`TaskContext.enqueue`).
 Q = ParamSpec("Q")
 S = TypeVar("S")
+#: A step's result.
+R = TypeVar("R")
 
 
 class AttemptSignals:
@@ -131,6 +145,10 @@ class TaskContext:
         self.environment = Environment.THREAD
         #: ``time.monotonic()`` past which this attempt has overrun its timeout.
         self.deadline: float | None = None
+        #: The task's recorded steps, read at its first step (docs/workflows.md).
+        self._step_log: StepLog | None = None
+        #: A durable wait suspended the workflow: this attempt's claim is given up.
+        self.suspended = False
 
     @property
     def task_id(self) -> int:
@@ -243,6 +261,12 @@ class TaskContext:
         counted: the next worker runs the task again). Let them propagate. A task
         that has something to save first uses :meth:`wait` and returns or raises.
         """
+        if isinstance(seconds, timedelta):
+            raise InvalidTaskError(
+                "ctx.sleep(seconds) waits within the attempt; a durable sleep that holds "
+                "no slot is ctx.sleep_for(timedelta) or ctx.sleep_until(datetime) "
+                "(docs/workflows.md)"
+            )
         end = time.monotonic() + max(0.0, seconds)
         while True:
             self.raise_if_cancelled()
@@ -336,6 +360,179 @@ class TaskContext:
             child = tracer.carry(child)
         self.children.append(child)
         return TaskHandle(self.scheduler, None, task.definition.name)
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R:
+        """Run ``fn(*args)`` as this workflow's next step, named ``name``, once: its JSON
+        result is recorded under this attempt's claim, and every later attempt of the
+        task gets the recorded result back here without calling ``fn``.
+
+        A step identifies itself by ``name`` and its position (the order of the task's
+        ``step`` calls); replay finding another name recorded at the position raises
+        :class:`~durablesched.errors.WorkflowChanged`. ``fn`` raising is retried within
+        the attempt by ``retry`` (default: the task's policy) before the error reaches
+        the task. ``effect(connection, result)`` runs in the checkpoint's own
+        transaction (SQL backends): exactly once, as a success's effects are. The
+        result is returned as it reads back (a tuple as a list), on every attempt
+        alike. :class:`~durablesched.errors.CheckpointRefused` if the claim was lost.
+        """
+        result: R = run_step(self, self._steps(), name, fn, args, retry=retry, effect=effect)
+        return result
+
+    @overload
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Coroutine[Any, Any, R]],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R: ...
+    @overload
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> R: ...
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        effect: StepEffect | None = None,
+    ) -> Any:
+        """:meth:`step` for an ``async def`` task: ``fn`` may be ``async def`` (awaited) or
+        plain; the store is called on a thread, so the event loop never blocks on it."""
+        log = self._step_log
+        if log is None:
+            log = await asyncio.to_thread(self._steps)
+        return await arun_step(self, log, name, fn, args, retry=retry, effect=effect)
+
+    def sleep_until(self, at: datetime) -> None:
+        """A durable sleep: this workflow goes on at ``at`` (timezone-aware), holding no
+        worker, thread or slot meanwhile. Recorded as a step named ``sleep`` (its wake
+        time), so a replay keeps the time first set. If ``at`` is still to come, the
+        attempt ends here, not counted, by raising
+        :class:`~durablesched.errors.WorkflowSuspended` (let it propagate): the task is
+        PENDING, due at ``at``, and the attempt claimed then replays past the sleep.
+        """
+        sleep_until(self, self._steps(), at)
+
+    def sleep_for(self, delay: timedelta) -> None:
+        """:meth:`sleep_until` ``now() + delay``, ``now()`` read the first time this step
+        is reached (a replay keeps that wake time)."""
+        if not isinstance(delay, timedelta):
+            raise InvalidTaskError(f"sleep_for takes a timedelta, got {delay!r}")
+        sleep_until(self, self._steps(), self.now() + delay)
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None = None) -> Any:
+        """The payload of a signal ``name`` sent to this task (``scheduler.signal``, the
+        CLI's ``durablesched signal``), or None once ``timeout`` passed without one.
+
+        A signal sent before the wait is kept for it; each signal is taken by one wait,
+        oldest first; a replay returns the same payload to the same wait. While none has
+        come, the workflow suspends as :meth:`sleep_until` does (``WorkflowSuspended``:
+        let it propagate), PENDING until the signal arrives (which makes it due at once)
+        or the timeout passes. Recorded as two steps, ``wait:<name>`` (the deadline) and
+        ``signal:<name>`` (what came).
+        """
+        return wait_for_signal(self, self._steps(), name, timeout)
+
+    @overload
+    def spawn(
+        self,
+        task: Task[Concatenate[TaskContext, Q], Coroutine[Any, Any, S]],
+        /,
+        *args: Q.args,
+        **kwargs: Q.kwargs,
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(
+        self, task: Task[Concatenate[TaskContext, Q], S], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(
+        self, task: Task[Q, Coroutine[Any, Any, S]], /, *args: Q.args, **kwargs: Q.kwargs
+    ) -> TaskHandle[S]: ...
+    @overload
+    def spawn(self, task: Task[Q, S], /, *args: Q.args, **kwargs: Q.kwargs) -> TaskHandle[S]: ...
+    def spawn(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """Submit a child task now, durably, as this workflow's next step: stored (with
+        its id, and linked to this task) in the transaction that records the step, so a
+        replay returns the same child's handle and never submits it twice. Arguments
+        and ``task.options(...)`` as :meth:`enqueue` takes them. Unlike :meth:`enqueue`
+        the child exists whatever this attempt's outcome. Wait for it with
+        :meth:`gather` or :meth:`wait_first` (docs/workflows.md).
+        """
+        return _children.spawn(self, self._steps(), task, args, kwargs)
+
+    def gather(self, *handles: TaskHandle[Any], return_exceptions: bool = False) -> list[Any]:
+        """The results of these children, in order, once every one is finished: until
+        then the workflow suspends holding no slot (``WorkflowSuspended``: let it
+        propagate), and each child's end wakes it. A failed child raises its
+        :class:`~durablesched.TaskFailed` (a cancelled one :class:`TaskCancelled`)
+        unless ``return_exceptions``, which puts the exception in its place. Recorded
+        as a step: a replay returns the same results.
+        """
+        return _children.gather(self, self._steps(), handles, return_exceptions)
+
+    def wait_first(self, *handles: TaskHandle[Any]) -> TaskHandle[Any]:
+        """The first of these children to finish (suspending until one has); recorded as a
+        step, so a replay returns the same one. Its result: ``ctx.gather(handle)``."""
+        return _children.wait_first(self, self._steps(), handles)
+
+    # -- the durable waits in async form: the store is called on a thread ---------------------
+
+    async def asleep_until(self, at: datetime) -> None:
+        """:meth:`sleep_until` for an ``async def`` task (the event loop never waits on
+        the database)."""
+        await asyncio.to_thread(self.sleep_until, at)
+
+    async def asleep_for(self, delay: timedelta) -> None:
+        """:meth:`sleep_for` for an ``async def`` task."""
+        await asyncio.to_thread(self.sleep_for, delay)
+
+    async def await_for_signal(self, name: str, timeout: timedelta | None = None) -> Any:
+        """:meth:`wait_for_signal` for an ``async def`` task."""
+        return await asyncio.to_thread(self.wait_for_signal, name, timeout)
+
+    async def aspawn(self, task: Task[..., Any], /, *args: Any, **kwargs: Any) -> TaskHandle[Any]:
+        """:meth:`spawn` for an ``async def`` task."""
+        return await asyncio.to_thread(lambda: self.spawn(task, *args, **kwargs))
+
+    async def agather(
+        self, *handles: TaskHandle[Any], return_exceptions: bool = False
+    ) -> list[Any]:
+        """:meth:`gather` for an ``async def`` task."""
+        return await asyncio.to_thread(
+            lambda: self.gather(*handles, return_exceptions=return_exceptions)
+        )
+
+    async def await_first(self, *handles: TaskHandle[Any]) -> TaskHandle[Any]:
+        """:meth:`wait_first` for an ``async def`` task."""
+        return await asyncio.to_thread(self.wait_first, *handles)
+
+    def _steps(self) -> StepLog:
+        log = self._step_log
+        if log is None:
+            log = self._step_log = StepLog(self.scheduler.store.steps(self.task_id))
+        return log
 
     def on_success(self, effect: Effect) -> None:
         """Run ``effect(connection)`` inside the transaction that records success.

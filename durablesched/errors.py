@@ -123,6 +123,25 @@ class NoRetry(DurableSchedError):
     cause in the stored traceback."""
 
 
+class WorkflowChanged(NoRetry):
+    """A workflow's replay found another step at a position than the one recorded there:
+    the task's code changed under a workflow in flight. The attempt fails at once (no
+    retry: every attempt of this code would find the same); the message names both
+    steps. docs/workflows.md says how to deploy changed workflow code."""
+
+
+class WorkflowSuspended(DurableSchedError):
+    """Raised by a durable wait (``ctx.sleep_until``, ``ctx.sleep_for``) once it has
+    suspended the workflow: the attempt ends here, not counted, and the task is due
+    again at its wake time. Let it propagate: the claim is no longer this attempt's."""
+
+
+class CheckpointRefused(DurableSchedError):
+    """A step's checkpoint was not recorded: the attempt's claim is no longer valid (its
+    lease was lost and another attempt may run), so this attempt must not go on. Nothing
+    of the step was written, its database effects included."""
+
+
 class WorkerStopping(DurableSchedError):
     """Raised by :meth:`TaskContext.sleep <durablesched.TaskContext.sleep>` once the
     worker running the attempt is stopping. Let it propagate: the worker gives the

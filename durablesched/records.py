@@ -210,6 +210,34 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A workflow step's checkpoint (docs/workflows.md): the JSON ``result`` of the step
+    ``name`` at ``position`` (from 0) of task ``task_id``, recorded at ``recorded_at``
+    by attempt ``attempt`` under that attempt's claim."""
+
+    task_id: int
+    position: int
+    name: str
+    result: Any
+    recorded_at: datetime
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal sent to a task (docs/workflows.md): its JSON ``payload``, and, once a
+    wait took it, when and at which step position."""
+
+    id: int
+    task_id: int
+    name: str
+    payload: Any
+    sent_at: datetime
+    consumed_at: datetime | None = None
+    consumed_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A worker's right to run one attempt of a task until ``lease_expires_at``.
 

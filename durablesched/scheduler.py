@@ -26,7 +26,13 @@ from durablesched.registry import Task, TaskCall, TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
-from durablesched.submission import MAX_INT64, FurtherCalls, build_many, build_task
+from durablesched.submission import (
+    MAX_INT64,
+    FurtherCalls,
+    build_many,
+    build_task,
+    canonical_json,
+)
 from durablesched.tracing import tracing_hook
 from durablesched.waiting import Waiters
 
@@ -516,18 +522,43 @@ class Scheduler:
                 ) from None
         return self.store.list_tasks(state=state, name=name, limit=limit)
 
-    def cancel(self, task_id: int) -> CancelOutcome:
+    def cancel(self, task_id: int, *, children: bool = True) -> CancelOutcome:
         """Cancel a task, and say honestly what that achieved.
 
         CANCELLED: it had not started and never will. REQUESTED: it is running
         and has been asked to stop; cancellation is cooperative, so it may still
         succeed. TOO_LATE: it had already finished.
+
+        A workflow's unfinished spawned children (``ctx.spawn``), and theirs, are
+        cancelled with it unless ``children=False`` (docs/workflows.md).
         """
         _check_id(task_id)
         outcome = self.store.request_cancel(task_id, self.clock.now())
         if outcome is CancelOutcome.REQUESTED:
             self._notify("cancel", task_id)
+        if children and outcome is not CancelOutcome.TOO_LATE:
+            spawned = self.store.children(task_id)
+            finished = self.store.finished(spawned) if spawned else {}
+            for child in spawned:
+                if child not in finished:
+                    self.cancel(child, children=True)
         return outcome
+
+    def signal(self, task_id: int, name: str, payload: Any = None) -> int:
+        """Send the workflow ``task_id`` a signal ``name`` with a JSON ``payload``; returns
+        the signal's id. Kept until a ``ctx.wait_for_signal(name)`` of the task takes it
+        (each signal by one wait); a workflow suspended waiting for it is due at once
+        (docs/workflows.md). :class:`TaskNotFoundError` for an unknown id,
+        :class:`InvalidTransitionError` for a finished task, :class:`InvalidTaskError`
+        for a payload JSON cannot hold or an empty name.
+        """
+        _check_id(task_id)
+        if not isinstance(name, str) or not name:
+            raise InvalidTaskError(f"a signal's name must be a non-empty string, got {name!r}")
+        value = canonical_json(payload, f"the payload of signal {name!r}")
+        signal_id = self.store.send_signal(task_id, name, value, self.clock.now())
+        self._notify("submit", task_id)  # a worker here may claim it now
+        return signal_id
 
     # -- schedules managed at run time (docs/schedules.md) -------------------------------------
 

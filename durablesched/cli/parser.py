@@ -19,6 +19,7 @@ from durablesched.cli import (
     tasks,
     worker,
     workers,
+    workflows,
 )
 from durablesched.cli.options import Commands, Parser, option, switch
 
@@ -27,6 +28,7 @@ REGISTRATIONS: tuple[Callable[[Commands], None], ...] = (
     schema.register,
     worker.register,
     tasks.register,
+    workflows.register,
     operate.register,
     queues.register,
     check.register,

@@ -14,9 +14,10 @@ from durablesched.cli.app import load_registry
 from durablesched.cli.database import open_db
 from durablesched.cli.errors import EXIT_OK, EXIT_REFUSED, Refused, UsageError
 from durablesched.cli.listing import FINISHED_WINDOW, live_first
-from durablesched.cli.options import Commands, option
+from durablesched.cli.options import Commands, option, switch
 from durablesched.cli.output import print_json, record_dict, table, when
 from durablesched.cli.values import parse_duration, positive_int, task_id
+from durablesched.cli.workflows import print_workflow, step_position, workflow_of
 from durablesched.clock import SystemClock
 from durablesched.errors import InvalidTaskError, InvalidTransitionError, TaskNotFoundError
 from durablesched.queues import check_queue
@@ -89,12 +90,23 @@ def register(commands: Commands) -> None:
     option(p, "--queue", help="only tasks of this queue")
     option(p, "--limit", help="at most this many")
 
-    for name, func, help in (
-        ("show", cmd_show, "show one task: everything, with its history"),
-        ("cancel", cmd_cancel, "cancel a task and say what that achieved"),
-        ("retry", cmd_retry, "put a FAILED or CANCELLED task back to PENDING, due now"),
-    ):
-        commands.add(name, func, help).add_argument("id", help="task id")
+    commands.add(
+        "show", cmd_show, "show one task: everything, with its history (and its workflow)"
+    ).add_argument("id", help="task id")
+    p = commands.add("cancel", cmd_cancel, "cancel a task and say what that achieved")
+    p.add_argument("id", help="task id")
+    switch(
+        p,
+        "--keep-children",
+        help="a workflow: leave the children it spawned running (they are cancelled with it)",
+    )
+    p = commands.add("retry", cmd_retry, "put a FAILED or CANCELLED task back to PENDING, due now")
+    p.add_argument("id", help="task id")
+    option(
+        p,
+        "--from-step",
+        help="a workflow: run its steps from this position (0, 1, ...) again, keeping those before",
+    )
 
 
 _JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
@@ -287,14 +299,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         task = store.get(wanted)
         history = store.history(wanted)
+        flow = workflow_of(store, wanted)
     finally:
         store.close()
     if task is None:
         raise Refused(f"no task with id {wanted}")
     if args.json:
-        print_json({**record_dict(task), "history": [asdict(e) for e in history]})
+        print_json({**record_dict(task), "history": [asdict(e) for e in history], **flow})
     else:
         _print_task(task, history)
+        print_workflow(flow)
     return EXIT_OK
 
 
@@ -327,7 +341,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     store = open_db(args)
     ended: TaskState | None = None
     try:
-        outcome = Scheduler(store).cancel(wanted)
+        outcome = Scheduler(store).cancel(wanted, children=not args.keep_children)
         if outcome is CancelOutcome.TOO_LATE:  # say how it ended: cancelled already?
             record = store.get(wanted)
             ended = None if record is None else record.state
@@ -348,9 +362,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     wanted = task_id(args.id)
+    from_step = None if args.from_step is None else step_position(args.from_step)
     store = open_db(args)
     try:
         try:
+            if from_step is not None:
+                task = store.get(wanted)
+                if task is not None and task.state in RETRYABLE:
+                    store.forget_steps(wanted, from_step)
             store.requeue(wanted, SystemClock().now())
         except TaskNotFoundError as e:
             raise Refused(str(e)) from None
@@ -364,7 +383,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print_json({"id": wanted, "state": TaskState.PENDING})
+        print_json({"id": wanted, "state": TaskState.PENDING, "from_step": from_step})
+    elif from_step is not None:
+        print(f"task {wanted}: PENDING, due now; its steps from {from_step} on run again")
     else:
         print(f"task {wanted}: PENDING, due now")
     return EXIT_OK

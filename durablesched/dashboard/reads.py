@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -14,6 +14,7 @@ from durablesched.queues import QueueInfo
 from durablesched.records import (
     SUBMITTED,
     MinuteCounts,
+    StepRecord,
     TaskEvent,
     TaskRecord,
     WorkerInfo,
@@ -159,6 +160,9 @@ class TaskPage:
     attempts: list[AttemptInfo]
     timeline: list[Moment]
     now: datetime
+    #: A workflow's steps and the children it spawned (docs/workflows.md); empty if none.
+    steps: list[StepRecord] = field(default_factory=list)
+    children: list[TaskRecord] = field(default_factory=list)
 
 
 def task_page(store: DashboardStore, task_id: int, now: datetime) -> TaskPage | None:
@@ -183,7 +187,15 @@ def task_page(store: DashboardStore, task_id: int, now: datetime) -> TaskPage | 
                 None,
             )
         )
-    return TaskPage(task, attempts_from_history(history), timeline, now)
+    kids = [store.get(child) for child in store.children(task_id)]
+    return TaskPage(
+        task,
+        attempts_from_history(history),
+        timeline,
+        now,
+        store.steps(task_id),
+        [kid for kid in kids if kid is not None],
+    )
 
 
 def duration(attempt: AttemptInfo, now: datetime) -> timedelta:

@@ -60,6 +60,7 @@ from durablesched.schedules.declaration import (
 from durablesched.schedules.firing import PlannedFire, due_fires, run_now
 from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
+from durablesched.store.memory_workflows import MemoryWorkflows
 from durablesched.store.protocol import DBAPIConnection, Effect, OnFinished, RetryDelay
 from durablesched.totals import NO_DURATION, AttemptTotal, Tally, add, totals_of
 from durablesched.totals import ended as add_ended
@@ -78,7 +79,7 @@ _ENDED = frozenset({TaskState.SUCCEEDED, TaskState.RETRY_WAIT, TaskState.FAILED}
 _MICROSECOND = timedelta(microseconds=1)
 
 
-class MemoryStore:
+class MemoryStore(MemoryWorkflows):
     """A :class:`~durablesched.store.Store` held in this process's memory.
 
     Cancellation is lazy: a cancelled task's heap entry stays until it reaches
@@ -89,6 +90,7 @@ class MemoryStore:
     """
 
     def __init__(self, *, compact_ratio: float = 0.5, compact_min: int = 64) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         #: Tasks not yet due, by due time; claim() moves the due ones to their queue's
         #: ready heap, in (priority desc, due_at, seq) order.
@@ -756,6 +758,7 @@ class MemoryStore:
                 )
             del self._tasks[task_id]
             del self._events[task_id]
+            self._forget_workflow(task_id)
             key = task.idempotency_key
             if key is not None and self._keys.get(key) == task_id:
                 del self._keys[key]
@@ -1189,6 +1192,7 @@ class MemoryStore:
         if detail is None and error is not None:
             detail = error.message
         self._event(task, now, detail, error if state is TaskState.FAILED else None)
+        self._wake_parent(task.id)
         for on_finished in self._on_finished:
             on_finished((task.id,))
 

@@ -28,6 +28,8 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    SignalRecord,
+    StepRecord,
     Submitted,
     TaskEvent,
     TaskQuery,
@@ -371,6 +373,117 @@ class Store(ScheduleStore, Protocol):
         ``retry_delay``. Re-checks state and expiry in the same step, so a task
         completed a moment earlier is never overwritten.
         """
+        ...
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def record_step(
+        self,
+        claim: Claim,
+        position: int,
+        name: str,
+        result: Any,
+        now: datetime,
+        *,
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        """Record a workflow step's checkpoint: ``result`` (JSON) of step ``name`` at
+        ``position`` of the claim's task, by the claim's attempt, at ``now``, and run
+        ``effects`` in the same transaction (SQL backends only, as :meth:`record_and_claim`
+        runs a success's).
+
+        Only under a valid claim (fenced as an outcome is: on PostgreSQL the task's row
+        is locked first, so a reclaim cannot slip in between the check and the commit).
+        False, with nothing written, if the claim is not valid or ``position`` is already
+        recorded; an effect that raises undoes everything and propagates. The task's
+        record and history do not change.
+        """
+        ...
+
+    def suspend(
+        self,
+        claim: Claim,
+        until: datetime,
+        now: datetime,
+        *,
+        detail: str,
+        signal: str | None = None,
+        children: tuple[Sequence[int], int] | None = None,
+    ) -> TaskState | None:
+        """End a workflow's attempt without counting it: the task goes back to PENDING due
+        at ``until`` (its wake time), its lease and slot given up, with the history line
+        ``detail`` (what it waits for). One whose cancellation was requested becomes
+        CANCELLED instead. None, with nothing written, if the claim is not valid.
+        With ``signal``, a signal of that name sent to it makes it due at once
+        (:meth:`send_signal`); without, what it waited for before is forgotten.
+        With ``children`` ``(ids, seen)``: if more than ``seen`` of those tasks are
+        finished by now (one ended while the attempt ran), it is due at ``now`` instead
+        (a child's end wakes its suspended parent: see :meth:`spawn`).
+
+        What a durable sleep does (docs/workflows.md): no worker holds the task while
+        it waits, and only its due time brings it back (a claim, as any task).
+        """
+        ...
+
+    def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        """Keep a signal for the task until a wait takes it; returns its id. A task
+        suspended waiting for a signal of this ``name`` becomes due at ``now`` in the same
+        step (its record's ``due_at`` and ``updated_at``; no history line).
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
+        for a finished task (no wait can take it any more).
+        """
+        ...
+
+    def receive_signal(
+        self, claim: Claim, position: int, step: str, name: str, now: datetime
+    ) -> tuple[bool, Any] | None:
+        """Take the oldest signal ``name`` not yet taken, for the claim's task, and record
+        it as the step ``step`` at ``position`` (result ``{"payload": payload}``), in one
+        step: ``(True, payload)``. ``(False, None)`` if none is waiting (nothing written);
+        None if the claim is not valid or the position is recorded already. Each signal
+        is taken by one wait only.
+        """
+        ...
+
+    def signals(self, task_id: int) -> list[SignalRecord]:
+        """Every signal sent to the task, oldest first (empty for an unknown id)."""
+        ...
+
+    def spawn(
+        self, claim: Claim, position: int, step: str, tasks: Sequence[NewTask], now: datetime
+    ) -> list[Submitted] | None:
+        """Store ``tasks`` as children of the claim's task (as :meth:`submit` stores them,
+        keys included) and record the step ``step`` at ``position`` (result ``{"ids":
+        [...]}``), together, under a valid claim: a replay finds the step and never
+        spawns twice. None, with nothing written, if the claim is not valid or the
+        position is recorded already.
+
+        A child created here is its parent's (:meth:`children`): when it finishes
+        (any way: an outcome, a reclaim, a cancel), the same transaction makes its
+        parent due at once if the parent is PENDING and due later (a suspended
+        workflow waiting for its children): its ``due_at`` becomes its ``updated_at``,
+        the time it suspended, with no history line.
+        """
+        ...
+
+    def children(self, task_id: int) -> list[int]:
+        """The ids of the children the task spawned, in order (empty for an unknown id)."""
+        ...
+
+    def forget_steps(self, task_id: int, position: int) -> int:
+        """Forget a finished workflow's steps from ``position`` on, so that its next run
+        (``retry --from-step``) runs them again and keeps those before: their checkpoints
+        are deleted and the signals their waits took are given back, to be taken again.
+        Children it spawned stay. Returns how many steps were forgotten.
+
+        :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError` for
+        a live task (its attempt could be replaying them).
+        """
+        ...
+
+    def steps(self, task_id: int) -> list[StepRecord]:
+        """Every step checkpoint of the task, by position (empty for an unknown id)."""
         ...
 
     def next_wakeup(

@@ -32,6 +32,7 @@ from durablesched.errors import (
     TaskTimeout,
     UnknownTaskNameError,
     WorkerStopping,
+    WorkflowSuspended,
 )
 from durablesched.handles import RUNNING_TASK
 from durablesched.records import POSITIONAL, Claim, Environment, ErrorInfo, Outcome, call_args
@@ -142,6 +143,11 @@ class AttemptRunner:
         """The outcome of an attempt that raised ``exc``; None if it gave its claim back."""
         if isinstance(exc, WorkerStopping) and running.context.shutdown_requested:
             self._give_back(running)
+            return None
+        if isinstance(exc, WorkflowSuspended) and running.context.suspended:
+            # A durable wait gave the claim back itself (docs/workflows.md): no outcome.
+            running.given_back = True
+            running.signals.mark_lease_lost()
             return None
         # A task's sys.exit() or raised KeyboardInterrupt is its own failure (retried
         # per its policy), not the worker's: no signal raises them on a task thread.

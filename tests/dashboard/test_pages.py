@@ -251,6 +251,18 @@ def test_a_task_claimed_ahead_is_told_from_a_running_one(dash: Dash) -> None:
     assert '<td class="num">1</td>\n<td class="num">1</td>' in workers  # running, ahead
 
 
+def test_a_workflows_page_lists_its_steps_and_links_its_children(dash: Dash) -> None:
+    (parent,) = dash.store.submit([NewTask("flow", {}, T0, 3, None)], T0)
+    (claim,) = dash.store.claim("w1", 1, dash.clock.now(), LEASE)
+    assert dash.store.record_step(claim, 0, "charge <card>", {"id": "ch_1"}, dash.clock.now())
+    kids = dash.store.spawn(claim, 1, "spawn:job", [NewTask("job", {}, T0, 3, None)], T0)
+    assert kids is not None
+    page = dash.client.get(f"/tasks/{parent.task_id}").text
+    assert page.count('<tr class="step">') == 2
+    assert "charge &lt;card&gt;" in page and "spawn:job" in page
+    assert f'href="/tasks/{kids[0].task_id}"' in page
+
+
 def test_the_list_pages_both_ways_and_opens_at_its_oldest_end(dash: Dash) -> None:
     dash.store.submit([NewTask("bulk", {"i": i}, T0, 1) for i in range(PAGE_SIZE + 5)], T0)
     every = [t.id for t in dash.store.find_tasks(TaskQuery(), 1000)]

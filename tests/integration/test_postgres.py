@@ -79,6 +79,8 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
             "tasks_running",
             "tasks_failed",
             "workers",
+            "workflow_signals",
+            "workflow_steps",
         }
     finally:
         engine.dispose()

@@ -110,3 +110,65 @@ def until_go(ctx: TaskContext) -> int:
     while not (OUT / "go").exists() and time.monotonic() < deadline:
         threading.Event().wait(0.02)
     return ctx.attempt
+
+
+def _step_effect(task_id: int, step: int, attempt: int) -> Callable[[Connection, object], None]:
+    def effect(conn: Connection, _result: object) -> None:
+        conn.execute(
+            text("INSERT INTO step_ledger (task_id, step, attempt) VALUES (:t, :s, :a)"),
+            {"t": task_id, "s": step, "a": attempt},
+        )
+
+    return effect
+
+
+@registry.task(
+    "wf_chaos",
+    pass_context=True,
+    retry=RetryPolicy(max_attempts=50, initial=timedelta(milliseconds=20), jitter=0.5),
+)
+def wf_chaos(ctx: TaskContext, steps: int) -> int:
+    """A workflow of ``steps`` steps, each appending a line to a file (external) and writing
+    a database effect in its checkpoint's transaction."""
+    total = 0
+
+    def run(step: int) -> int:
+        _append("steps", f"{ctx.task_id} {step} {ctx.attempt} {os.getpid()}")
+        threading.Event().wait(0.002)  # long enough to be caught mid-step by a kill
+        return step
+
+    for step in range(steps):
+        total += ctx.step(
+            f"s{step}", run, step, effect=_step_effect(ctx.task_id, step, ctx.attempt)
+        )
+    return total
+
+
+@registry.task("wf_zombie", pass_context=True)
+def wf_zombie(ctx: TaskContext) -> str:
+    """Step a, then step b, whose body (in each of the first two attempts) waits for the
+    test to release it: the first attempt's checkpoint, written after the second claimed
+    the task, is a zombie's."""
+
+    def b() -> str:
+        _append("steps", f"{ctx.task_id} 1 {ctx.attempt} {os.getpid()}")
+        if ctx.attempt <= 2:  # each of the first two attempts waits for its own release
+            _append(f"paused{ctx.attempt}", str(os.getpid()))
+            release = OUT / f"release{ctx.attempt}"
+            for _ in range(3000):  # at most 30 s, bounded
+                if release.exists():
+                    break
+                threading.Event().wait(0.01)
+        return f"b by attempt {ctx.attempt}"
+
+    ctx.step("a", lambda: "a", effect=_step_effect(ctx.task_id, 0, ctx.attempt))
+    result: str = ctx.step("b", b, effect=_step_effect(ctx.task_id, 1, ctx.attempt))
+    return result
+
+
+@registry.task("wf_sleeper", pass_context=True)
+def wf_sleeper(ctx: TaskContext, seconds: float) -> float:
+    """Sleeps durably on the real clock; returns how long from its first start."""
+    started: float = ctx.step("start", time.time)
+    ctx.sleep_for(timedelta(seconds=seconds))
+    return time.time() - started

@@ -27,6 +27,7 @@ POSITIONALS = {
     "show": ["1"],
     "cancel": ["1"],
     "retry": ["1"],
+    "signal": ["1", "approved"],
     "queue": ["set", "q"],
     "schedule": ["ls"],
 }

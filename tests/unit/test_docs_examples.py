@@ -24,6 +24,7 @@ DOCS_WITH_EXAMPLES = {
     "queues.md": 2,
     "schedules.md": 5,
     "tracing.md": 1,
+    "workflows.md": 1,
 }
 
 

@@ -360,3 +360,54 @@ attempt_totals = Table(
     Column("attempts", Id, nullable=False),
     Column("duration_us", Id, nullable=False),
 )
+
+# -- workflows (docs/workflows.md) ---------------------------------------------------------------
+
+#: A workflow step's checkpoint: its JSON result, recorded under the attempt's claim with
+#: the step's effects; replay reads them by position. Deleted with the task (purge).
+task_steps = Table(
+    "task_steps",
+    metadata,
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("result", Json),
+    Column("recorded_at", Time, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    CheckConstraint("position >= 0", name="ck_task_steps_position"),
+)
+
+#: Signals sent to a task (docs/workflows.md): kept until a wait takes one, oldest first;
+#: ``consumed_position`` is the step of the wait that took it (each is taken once).
+task_signals = Table(
+    "task_signals",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("payload", Json),
+    Column("sent_at", Time, nullable=False),
+    Column("consumed_at", Time),
+    Column("consumed_position", Integer),
+)
+Index("ix_task_signals_task", task_signals.c.task_id, task_signals.c.name, task_signals.c.id)
+
+#: What a suspended workflow waits for, besides its due time: the signal whose arrival
+#: makes it due at once. Replaced at each suspension, deleted with the task.
+task_waits = Table(
+    "task_waits",
+    metadata,
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("signal", Text),
+)
+
+#: The children a workflow spawned (``ctx.spawn``), with the step that spawned each: a
+#: child's end wakes its parent, in the child's own outcome transaction.
+task_children = Table(
+    "task_children",
+    metadata,
+    Column("child_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("parent_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("position", Integer, nullable=False),
+)
+Index("ix_task_children_parent", task_children.c.parent_id)

@@ -624,3 +624,15 @@ SQL_INSERT_COPY = text(
     ":name, :args, :state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, "
     f":created_at, :now, :queue, :priority) {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
 )
+
+
+# -- workflows: what every task's end writes besides itself (docs/workflows.md) ------------------
+
+#: A spawned child ended: its parent, suspended (PENDING, due later), is due since it
+#: suspended. Every parent row is locked, changed or not: a parent suspending at this
+#: moment either commits first (and is woken here) or waits and then sees the child ended.
+SQL_WAKE_PARENTS = text(
+    "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > updated_at "
+    "THEN updated_at ELSE due_at END "
+    "WHERE id IN (SELECT parent_id FROM task_children WHERE child_id IN :ids)"
+).bindparams(bindparam("ids", expanding=True))

@@ -40,6 +40,8 @@ from durablesched.records import (
     OutcomeResult,
     QueueStats,
     Reclaimed,
+    SignalRecord,
+    StepRecord,
     Submitted,
     TaskEvent,
     TaskQuery,
@@ -64,6 +66,7 @@ from durablesched.store.sql import (
     reclaiming,
     scheduling,
     workers,
+    workflows,
 )
 from durablesched.store.sql.borrowed import borrow
 from durablesched.store.sql.claiming import (
@@ -446,6 +449,57 @@ class SQLStore(Transactions):
         (:mod:`durablesched.totals`): what the metrics' counters read."""
         with self._read("reading the attempt totals") as conn:
             return read_totals(conn)
+
+    # -- workflows (docs/workflows.md) ---------------------------------------------------------
+
+    def record_step(
+        self,
+        claim: Claim,
+        position: int,
+        name: str,
+        result: Any,
+        now: datetime,
+        *,
+        effects: Sequence[Effect] = (),
+    ) -> bool:
+        return workflows.record_step(self, claim, position, name, result, now, effects)
+
+    def steps(self, task_id: int) -> list[StepRecord]:
+        return workflows.steps(self, task_id)
+
+    def suspend(
+        self,
+        claim: Claim,
+        until: datetime,
+        now: datetime,
+        *,
+        detail: str,
+        signal: str | None = None,
+        children: tuple[Sequence[int], int] | None = None,
+    ) -> TaskState | None:
+        return workflows.suspend(self, claim, until, now, detail, signal, children)
+
+    def spawn(
+        self, claim: Claim, position: int, step: str, tasks: Sequence[NewTask], now: datetime
+    ) -> list[Submitted] | None:
+        return workflows.spawn(self, claim, position, step, tasks, now)
+
+    def children(self, task_id: int) -> list[int]:
+        return workflows.children(self, task_id)
+
+    def forget_steps(self, task_id: int, position: int) -> int:
+        return workflows.forget_steps(self, task_id, position)
+
+    def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        return workflows.send_signal(self, task_id, name, payload, now)
+
+    def receive_signal(
+        self, claim: Claim, position: int, step: str, name: str, now: datetime
+    ) -> tuple[bool, Any] | None:
+        return workflows.receive_signal(self, claim, position, step, name, now)
+
+    def signals(self, task_id: int) -> list[SignalRecord]:
+        return workflows.signals(self, task_id)
 
     def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         released = 0

@@ -30,10 +30,14 @@ from durablesched.store.sql.statements import (
     SQL_EXTEND_LEASE,
     SQL_INSERT_EVENT,
     SQL_LEASES_VALID_SINCE,
+    SQL_WAKE_PARENTS,
 )
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
+#: Finished tasks per statement that wakes their parents: well within every database's
+#: limit of bound parameters.
+WAKE_BATCH = 500
 
 
 #: The longest list of finished task ids one notification carries, in characters
@@ -260,12 +264,18 @@ class Transactions:
             conn.execute(self.dialect.notify, {})
 
     def _tell_finished(self, conn: Executor, task_ids: Iterable[int]) -> None:
-        """Tell waiting handles elsewhere, on commit, that these tasks finished (where
-        the database must be told: SQLite's watchers see every commit)."""
+        """Wake the suspended workflows whose spawned children these are, and tell waiting
+        handles elsewhere, on commit, that these tasks finished (where the database must
+        be told: SQLite's watchers see every commit)."""
+        ids = list(task_ids)
+        if not ids:
+            return
+        for start in range(0, len(ids), WAKE_BATCH):  # a reclaim may end any number
+            conn.execute(SQL_WAKE_PARENTS, {"ids": ids[start : start + WAKE_BATCH]})
         sql = self.dialect.notify_finished
         if sql is None:
             return
-        payload = ",".join(map(str, task_ids))
+        payload = ",".join(map(str, ids))
         if not payload:
             return
         if len(payload) > FINISHED_PAYLOAD:

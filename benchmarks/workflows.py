@@ -1,0 +1,244 @@
+"""Durable workflows (issue 31's targets), on SQLite and PostgreSQL.
+
+- ``steps``: W workflows of S no-op steps drained by one worker: steps per second.
+- ``chain``: the same work as chained child tasks (each step a task that enqueues the
+  next, in its success transaction): seconds per step, and ``step_cost_ratio``, a
+  workflow step's cost over a chained task's: target <= 1.5.
+- ``signal``: a signal sent to a workflow suspended waiting for it, to the workflow's
+  end on an idle worker (its outcome's commit, stamped by ``after_commit``), p50 and
+  p99 in ms: targets p50 <= 10 ms, p99 <= 50 ms.
+- ``sleeping``: the claim of one due task (claim and complete, one at a time) with
+  N sleeping workflows in the table (PENDING, due in three days: what a suspended
+  workflow is) against an empty table, p50 in ms and their ratio: target <= 1.1.
+- ``replay``: a workflow that recorded R steps, from its claim to its next step (the
+  checkpoints read and replayed), ms: target <= 50 ms for R = 1,000.
+
+    python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
+        [--sleeping N] [--rounds K] [--replay R] [--out FILE]
+
+Run it on a quiet machine: timings are meaningless while other work runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from durablesched import Scheduler, TaskContext, TaskRegistry, TaskState, Worker, open_store
+from durablesched.records import NewTask, Outcome
+from durablesched.store.protocol import Store
+
+registry = TaskRegistry()
+
+
+def _noop() -> None:
+    return None
+
+
+@registry.task("bench.flow", pass_context=True)
+def flow(ctx: TaskContext, steps: int) -> int:
+    for i in range(steps):
+        ctx.step(f"s{i}", _noop)
+    return steps
+
+
+@registry.task("bench.link", pass_context=True)
+def link(ctx: TaskContext, left: int) -> int:
+    if left > 1:
+        ctx.enqueue(link, left - 1)
+    return left
+
+
+@registry.task("bench.approval", pass_context=True)
+def approval(ctx: TaskContext) -> Any:
+    return ctx.wait_for_signal("go")
+
+
+@registry.task("bench.job")
+def job() -> None:
+    return None
+
+
+def _drain(scheduler: Scheduler, concurrency: int = 4) -> None:
+    Worker(scheduler, concurrency=concurrency).run(burst=True, burst_wait=0.0)
+
+
+def steps_and_chain(db: str, workflows: int, steps: int) -> dict[str, float]:
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    try:
+        scheduler.submit_many("bench.flow", [{"steps": steps}] * workflows)
+        started = time.perf_counter()
+        _drain(scheduler)
+        flow_s = time.perf_counter() - started
+        scheduler.submit_many("bench.link", [{"left": steps}] * workflows)
+        started = time.perf_counter()
+        _drain(scheduler)
+        chain_s = time.perf_counter() - started
+    finally:
+        store.close()
+    total = workflows * steps
+    return {
+        "steps_per_s": total / flow_s,
+        "step_s": flow_s / total,
+        "chained_task_s": chain_s / total,
+        "step_cost_ratio": (flow_s / total) / (chain_s / total),
+    }
+
+
+def signal_latency(db: str, rounds: int) -> dict[str, float]:
+    ended: dict[int, float] = {}
+    done = threading.Condition()
+
+    def stamp(outcome: Outcome, state: TaskState | None, _now: datetime) -> None:
+        if state is TaskState.SUCCEEDED:
+            with done:
+                ended[outcome.claim.task_id] = time.perf_counter()
+                done.notify_all()
+
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    worker = Worker(scheduler, concurrency=1, after_commit=stamp)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    waits: list[float] = []
+    try:
+        for _ in range(rounds + 1):
+            task_id = scheduler.submit("bench.approval")
+            while scheduler.get(task_id).state is not TaskState.PENDING or not (
+                scheduler.history(task_id)[-1].detail or ""
+            ).startswith("suspended"):
+                time.sleep(0.001)  # until it has suspended: then the signal's latency
+            sent = time.perf_counter()
+            scheduler.signal(task_id, "go", 1)
+            with done:
+                done.wait_for(_ended(ended, task_id), timeout=10)
+            waits.append((ended[task_id] - sent) * 1000)
+    finally:
+        worker.stop()
+        thread.join(30)
+        store.close()
+    waits = waits[1:]  # the first pays for warming up
+    return {"p50_ms": statistics.median(waits), "p99_ms": _p99(waits)}
+
+
+def _ended(ended: dict[int, float], task_id: int) -> Callable[[], bool]:
+    return lambda: task_id in ended
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _claim_p50(store: Store, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        now = datetime.now().astimezone()
+        store.submit([NewTask("bench.job", {}, now, 3, None)], now)
+        started = time.perf_counter()
+        claims = store.claim("bench", 1, now, timedelta(seconds=30), ["bench.job"])
+        times.append((time.perf_counter() - started) * 1000)
+        for claim in claims:
+            store.record_and_claim(
+                [Outcome(claim, result=None)], now, owner="bench", limit=0, lease=timedelta(30)
+            )
+    return statistics.median(times)
+
+
+def sleeping_claim(db: str, sleeping: int, rounds: int) -> dict[str, float]:
+    store = open_store(db)
+    try:
+        empty = _claim_p50(store, rounds)
+        wake = datetime.now().astimezone() + timedelta(days=3)
+        batch = 10_000
+        for first in range(0, sleeping, batch):
+            count = min(batch, sleeping - first)
+            store.submit(
+                [NewTask("bench.flow", {"steps": 1}, wake, 3, None)] * count,
+                datetime.now().astimezone(),
+            )
+        full = _claim_p50(store, rounds)
+    finally:
+        store.close()
+    return {"empty_p50_ms": empty, "sleeping_p50_ms": full, "ratio": full / empty}
+
+
+def replay(db: str, recorded: int) -> dict[str, float]:
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    try:
+        now = datetime.now().astimezone()
+        store.submit([NewTask("bench.replayed", {}, now, 3, None)], now)
+        (claim,) = store.claim("bench", 1, now, timedelta(minutes=10), ["bench.replayed"])
+        for i in range(recorded):
+            store.record_step(claim, i, f"s{i}", {"i": i}, now)
+        started = time.perf_counter()
+        ctx = TaskContext(claim, scheduler)
+        for i in range(recorded):
+            ctx.step(f"s{i}", _noop)
+        took = (time.perf_counter() - started) * 1000
+    finally:
+        store.close()
+    return {"steps": recorded, "replay_ms": took}
+
+
+def run(
+    databases: dict[str, str],
+    *,
+    workflows: int,
+    steps: int,
+    sleeping: int,
+    rounds: int,
+    recorded: int,
+) -> dict[str, Any]:
+    return {
+        name: {
+            "steps": steps_and_chain(db, workflows, steps),
+            "signal": signal_latency(db, rounds),
+            "replay": replay(db, recorded),
+            "sleeping": sleeping_claim(db, sleeping, rounds),
+        }
+        for name, db in databases.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", help="a PostgreSQL URL (an empty database) to measure too")
+    parser.add_argument("--workflows", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--sleeping", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--replay", type=int, default=1000)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        databases = {"sqlite": str(Path(tmp) / "workflows.db")}
+        if args.pg:
+            databases["postgres"] = args.pg
+        figures = run(
+            databases,
+            workflows=args.workflows,
+            steps=args.steps,
+            sleeping=args.sleeping,
+            rounds=args.rounds,
+            recorded=args.replay,
+        )
+    text = json.dumps(figures, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
