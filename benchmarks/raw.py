@@ -74,6 +74,7 @@ def our_statements_loop(path: Path, n: int, batch: int, durability: str) -> floa
         "owner": "raw",
         "lease_expires_at": "9999",
         "now": now,
+        "started": now,  # into a free slot: started as claimed (no claim ahead)
         "limit": batch,
         "q0": "default",
         "l0": batch,

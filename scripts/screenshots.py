@@ -70,6 +70,13 @@ def demo(store: SQLiteStore, now: datetime) -> int:
                 store.fail(claim, error, clock.now() + timedelta(seconds=30), clock.now())
             else:
                 store.complete(claim, {"ok": True}, clock.now())
+    # Invoices that failed for good: the filtered list shows them with their errors.
+    refused = ErrorInfo("billing.CardDeclined", "card ending 4242 was declined", TRACEBACK)
+    for n in range(6):
+        scheduler.submit("send_invoice", {"invoice": 4700 + n}, max_attempts=1)
+        (claim,) = store.claim("worker-1", 1, clock.now(), LEASE, names=["send_invoice"])
+        clock.advance(0.3)
+        store.fail(claim, error if n % 2 else refused, None, clock.now())
     # The task the page shows: failed, reclaimed after a lost lease, then succeeded.
     shown = scheduler.submit(
         "send_invoice", {"invoice": 4711, "to": "ada@example.com"}, priority=100
@@ -130,7 +137,7 @@ def main() -> int:
         pages = {
             "overview": "/",
             "tasks": "/tasks",
-            "tasks-filtered": "/tasks?name=send_invoice&state=SUCCEEDED",
+            "tasks-filtered": "/tasks?name=send_invoice&state=FAILED",
             "task": f"/tasks/{shown}",
             "queues": "/queues",
             "schedules": "/schedules",

@@ -159,7 +159,9 @@ class Pages:
     async def queues(self, request: Request) -> Response:
         now = self.scheduler.clock.now()
         infos = await run_in_threadpool(self.store.queue_info, now, finished=False)
-        return self.page(request, "queues.html", "queues_live.html", {"queues": infos})
+        ended = await run_in_threadpool(reads.ended_attempts, self.store)
+        context = {"queues": infos, "ended": ended}
+        return self.page(request, "queues.html", "queues_live.html", context)
 
     async def schedules(self, request: Request) -> Response:
         infos = await run_in_threadpool(reads.schedules, self.store)

@@ -190,6 +190,16 @@ def duration(attempt: AttemptInfo, now: datetime) -> timedelta:
     return (attempt.finished_at or now) - attempt.started_at
 
 
+def ended_attempts(store: DashboardStore) -> dict[str, dict[str, int]]:
+    """Per queue, attempts that ended each way, ever (purged tasks included): the attempt
+    totals, a few rows per task name, not a count of a million finished rows."""
+    ended: dict[str, dict[str, int]] = {}
+    for total in store.attempt_totals():
+        by_outcome = ended.setdefault(total.queue, {})
+        by_outcome[total.outcome] = by_outcome.get(total.outcome, 0) + total.attempts
+    return ended
+
+
 def schedules(store: DashboardStore) -> list[ScheduleInfo]:
     return store.list_schedules()
 

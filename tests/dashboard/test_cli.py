@@ -161,8 +161,12 @@ def test_the_token_from_a_file_or_the_environment(
 
 
 def test_a_mistyped_db_is_one_line_not_a_new_empty_database(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import uvicorn  # noqa: PLC0415 - the dashboard extra
+
+    # Were the database opened, the command would serve it: it returns at once instead.
+    monkeypatch.setattr(uvicorn.Server, "run", lambda _self, sockets=None: None)
     typo = tmp_path / "tpyo.db"
     for extra in ([], ["--read-only"]):
         assert main(["dashboard", "--db", str(typo), "--port", str(free_port()), *extra]) == 2

@@ -275,3 +275,27 @@ def test_the_list_pages_both_ways_and_opens_at_its_oldest_end(dash: Dash) -> Non
         older = dash.client.get(links(newer)["older"]).text
         assert shown(older) == every[5:]
         assert query in links(older)["newer"]  # the filter stays
+
+
+def test_the_list_shows_a_failed_tasks_error_and_queues_their_ended_attempts(dash: Dash) -> None:
+    failed = failed_task(dash, "flaky", attempts=2)
+    dash.scheduler.submit("job", {}, queue="mail")
+    (claim,) = dash.store.claim("w1", 1, dash.clock.now(), LEASE, names=["job"])
+    dash.store.complete(claim, None, dash.clock.now())
+    page = dash.client.get("/tasks").text
+    row = page.split(f">{failed}</a>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="error">ValueError: no &lt;b&gt;such&lt;/b&gt; thing</td>' in row
+    queues = dash.client.get("/queues").text
+    mail = queues.split('id="queue-mail"', 1)[1].split("</tr>", 1)[0]
+    assert '<a href="/tasks?queue=mail">mail</a>' in mail
+    assert 'href="/tasks?queue=mail&amp;state=SUCCEEDED">1</a>' in mail
+    default = queues.split('id="queue-default"', 1)[1].split("</tr>", 1)[0]
+    assert 'state=FAILED">1</a>' in default  # its last attempt; the first was retried
+
+
+def test_the_charts_legend_does_not_style_the_key_cells(dash: Dash) -> None:
+    """The legend's swatches were `.key`, the class of the key cells too: a scheduled
+    fire's key wrapped one character per line in a .8em-wide box."""
+    css = dash.client.get("/static/dashboard.css").text
+    assert not re.search(r"(^|[\s,}])\.key\s*\{[^}]*width", css)
+    assert 'class="swatch ok"' in dash.client.get("/").text
