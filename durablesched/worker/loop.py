@@ -441,12 +441,14 @@ class Worker:
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
             self._pool = TaskThreads(self._options.concurrency)
+        # Split before holding: once held, a task thread may take a claim ahead (and mark
+        # it started) at any moment; reading ``waiting`` after would start it twice.
+        starting = [running for running in held if not running.waiting]
         waiting = [running for running in held if running.waiting]
         if waiting:
             self._ahead.hold(waiting)
-        for running in held:
-            if not running.waiting:
-                self._pool.submit(self._execute, running)
+        for running in starting:
+            self._pool.submit(self._execute, running)
 
     def _execute(self, running: Running | None) -> None:
         """On a task thread: run attempts, the one handed over and then the claims ahead

@@ -20,6 +20,8 @@ from durablesched import (
     TaskState,
     Worker,
 )
+from durablesched.worker.ahead import start
+from durablesched.worker.slots import Running
 
 from ..conftest import T0, WAIT
 
@@ -259,3 +261,33 @@ def test_a_claim_ahead_shows_waiting_then_its_real_start(
     assert task.started_at == T0 + timedelta(seconds=5)
     (attempt,) = scheduler.attempts(later)
     assert attempt.started_at == T0 + timedelta(seconds=5)
+
+
+def test_a_claim_ahead_taken_the_moment_it_is_held_is_not_started_again(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """A task thread whose attempt ends may take a claim ahead as soon as it is held,
+    before the launch that held it has handed the claims that start at once to the
+    threads: the launch must not read the taken one as a claim to start (it ran twice
+    in a three-process test). Fails with the split made after holding."""
+    scheduler.submit("block")
+    raced = scheduler.submit("quick", {"tag": "raced"})
+    hold = worker._ahead.hold
+
+    def held_then_taken(waiting: list[Running]) -> None:
+        hold(waiting)
+        with worker._slots.lock:  # as Ahead.take does, on a thread whose slot just freed
+            taken = worker._ahead._waiting.popleft()
+        start(taken, scheduler.clock.now())
+
+    worker._ahead.hold = held_then_taken  # type: ignore[method-assign]
+    assert worker.run_once() == 2
+    assert worker._pool is not None
+    assert worker._pool._outstanding == 1  # the blocking task alone went to the threads
+    assert tasks.blocking.wait(WAIT)
+    task = scheduler.get(raced)
+    assert task is not None and task.state is TaskState.RUNNING
+    tasks.release.set()
+    worker._commit.forget([r for r in worker._slots.held().values() if r.claim.task_id == raced])
+    assert worker.wait_idle(WAIT)
+    assert tasks.ran == []
