@@ -169,6 +169,16 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path)
 
 
+def test_a_path_the_system_refuses_is_a_store_error_naming_why(tmp_path: Path) -> None:
+    """A name too long, a path through a file: found by the fuzzed CLI (an OSError
+    escaped as a traceback)."""
+    with pytest.raises(StoreError, match="File name too long"):
+        SQLiteStore(tmp_path / ("[" * 300))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="Not a directory"):
+        SQLiteStore(tmp_path / "file" / "jobs.db")
+
+
 def test_a_file_that_is_not_a_database_is_refused_and_kept(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("my precious notes\n" * 10)

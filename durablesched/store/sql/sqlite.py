@@ -257,6 +257,12 @@ def _prepare_file(url: str, file_mode: int, *, create: bool = True) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = Path(database)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as e:  # a name too long, a path through a file, no permission
+        raise StoreError(f"cannot open {database!r}: {e.strerror}") from None
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not a database file")
     if path.exists():
