@@ -26,7 +26,7 @@ from durablesched.registry import Task, TaskCall, TaskRegistry
 from durablesched.schedules.declaration import ScheduleInfo, checked_schedule
 from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
-from durablesched.submission import MAX_INT64, FurtherCalls, build_many, build_task
+from durablesched.submission import MAX_INT64, Debounce, FurtherCalls, build_many, build_task
 from durablesched.tracing import tracing_hook
 from durablesched.waiting import Waiters
 
@@ -116,6 +116,8 @@ class Scheduler:
                     positional=args or None,
                     definition=task.definition,
                     limit_key=options.limit_key,
+                    debounce=options.debounce,
+                    max_wait=options.max_wait,
                 )
             ]
 
@@ -174,6 +176,8 @@ class Scheduler:
                     positional=positional,
                     definition=definition,
                     limit_key=options.limit_key,
+                    debounce=options.debounce,
+                    max_wait=options.max_wait,
                 )
                 further[id(task)] = FurtherCalls(
                     first, definition, len(call.args), options.limit_key
@@ -308,6 +312,8 @@ class Scheduler:
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
         limit_key: str | None = None,
+        debounce: Debounce | None = None,
+        max_wait: timedelta | float | None = None,
     ) -> int:
         """Store a task and return its id.
 
@@ -323,7 +329,11 @@ class Scheduler:
         SQLAlchemy ``Connection`` on the store's database, or the driver's own
         (``sqlite3.Connection``, ``psycopg.Connection``), such as Django's.
         With ``limit_key``, the queue's limits per key count it under that key
-        (docs/queues.md, "Limits per key").
+        (docs/queues.md, "Limits per key"). With ``debounce=(key, delay)``, while a
+        task with that debounce key is PENDING and has not started, this submit gives
+        it these arguments and makes it due ``delay`` from now (never later than
+        ``max_wait`` after the submit that made it) instead of storing another; its id
+        is returned (docs/api.md, "Debouncing").
         """
         return self.submit_info(
             name,
@@ -337,6 +347,8 @@ class Scheduler:
             priority=priority,
             positional=positional,
             limit_key=limit_key,
+            debounce=debounce,
+            max_wait=max_wait,
         ).task_id
 
     def submit_info(
@@ -353,6 +365,8 @@ class Scheduler:
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
         limit_key: str | None = None,
+        debounce: Debounce | None = None,
+        max_wait: timedelta | float | None = None,
     ) -> Submitted:
         """:meth:`submit`, saying more, in the same one write: ``Submitted(task_id,
         created, enqueued_at)``, where ``enqueued_at`` is the task's stored
@@ -375,6 +389,8 @@ class Scheduler:
                     priority=priority,
                     positional=positional,
                     limit_key=limit_key,
+                    debounce=debounce,
+                    max_wait=max_wait,
                 )
             ]
 

@@ -108,6 +108,9 @@ class MemoryStore:
         #: claim may take (migration 0013 says when it changes).
         self._by_key: dict[tuple[str, str], set[int]] = {}
         self._heads: dict[tuple[str, str], int] = {}
+        #: Debounce keys of PENDING tasks never started, and how late each may be pushed.
+        self._debounced: dict[str, int] = {}
+        self._debounce_until: dict[int, datetime | None] = {}
         #: Start times each rate-limited queue's window still remembers.
         self._starts: dict[str, list[datetime]] = {}
         self._tasks: dict[int, TaskRecord] = {}
@@ -898,6 +901,8 @@ class MemoryStore:
     # -- internals (the caller holds the lock) -------------------------------------------------
 
     def _insert(self, new: NewTask, now: datetime) -> Submitted:
+        if new.debounce_key is not None and new.debounce_key in self._debounced:
+            return self._debounce(new, now)
         if new.idempotency_key is not None and new.idempotency_key in self._keys:
             holder = self._tasks[self._keys[new.idempotency_key]]
             return Submitted(holder.id, False, holder.created_at)
@@ -930,7 +935,11 @@ class MemoryStore:
             priority=new.priority,
             trace=trace,
             limit_key=new.limit_key,
+            debounce_key=new.debounce_key,
         )
+        if new.debounce_key is not None:
+            self._debounced[new.debounce_key] = task_id
+            self._debounce_until[task_id] = new.debounce_until
         if new.queue not in self._queues:
             self._queues[new.queue] = QueueLimits(new.queue)
         self._tasks[task_id] = task
@@ -1102,7 +1111,27 @@ class MemoryStore:
         for on_finished in self._on_finished:
             on_finished((task.id,))
 
+    def _debounce(self, new: NewTask, now: datetime) -> Submitted:
+        """The pending task with ``new``'s debounce key, given its arguments and due time
+        (no later than its ``debounce_until``); an id is spent, as the SQL stores spend one."""
+        assert new.debounce_key is not None
+        self._next_id += 1
+        task = self._tasks[self._debounced[new.debounce_key]]
+        until = self._debounce_until.get(task.id)
+        due = new.due_at if until is None or new.due_at <= until else until
+        args, trace = split_trace(
+            json.loads(new.args_json) if new.args_json is not None else new.args
+        )
+        self._stale += 1  # its entry in the heap, at the old due time
+        task = self._put(replace(task, args=args, trace=trace, due_at=due, updated_at=now))
+        heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+        return Submitted(task.id, False, task.created_at)
+
     def _put(self, task: TaskRecord) -> TaskRecord:
+        if task.debounce_key is not None and task.state is not TaskState.PENDING:
+            # Started (or cancelled): the next submit with its key makes a new task.
+            del self._debounced[task.debounce_key]
+            task = replace(task, debounce_key=None)
         old = self._tasks.get(task.id)
         self._tasks[task.id] = task
         key = task.limit_key

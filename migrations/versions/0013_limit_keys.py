@@ -1,4 +1,5 @@
-"""Limits per key: ``tasks.limit_key``, each key's head, and the triggers that keep it.
+"""Limits per key: ``tasks.limit_key``, each key's head, and the triggers that keep it;
+and debouncing: ``tasks.debounce_key`` (one task per key, given up when it starts).
 
 A queue with a concurrency per key lets at most that many tasks of one
 ``limit_key`` run at once. Each key with a claimable task has at most one *head*
@@ -161,10 +162,42 @@ PG_TRIGGERS = [
 ]
 
 
+#: A debounced task that leaves PENDING (starts, is cancelled) gives up its debounce key:
+#: the next submit with the key makes a new task.
+SQLITE_DEBOUNCE = (
+    "CREATE TRIGGER durablesched_debounce_started AFTER UPDATE OF state ON tasks "
+    "WHEN NEW.debounce_key IS NOT NULL AND NEW.state <> 'PENDING' "
+    "BEGIN UPDATE tasks SET debounce_key = NULL WHERE id = NEW.id; END"
+)
+PG_DEBOUNCE = """
+CREATE FUNCTION durablesched_debounce_started() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    NEW.debounce_key := NULL;
+    RETURN NEW;
+END
+$body$;
+CREATE TRIGGER durablesched_debounce_started BEFORE UPDATE OF state ON tasks FOR EACH ROW
+    WHEN (NEW.debounce_key IS NOT NULL AND NEW.state <> 'PENDING')
+    EXECUTE FUNCTION durablesched_debounce_started();
+"""
+
+
 def upgrade() -> None:
     op.add_column("tasks", sa.Column("limit_key", sa.Text()))
     op.add_column(
         "tasks", sa.Column("key_waiting", sa.Integer(), nullable=False, server_default="0")
+    )
+    time = sa.Text().with_variant(sa.TIMESTAMP(timezone=True), "postgresql")
+    op.add_column("tasks", sa.Column("debounce_key", sa.Text()))
+    op.add_column("tasks", sa.Column("debounce_until", time))
+    op.create_index(
+        "ux_tasks_debounce_key",
+        "tasks",
+        ["debounce_key"],
+        unique=True,
+        sqlite_where=sa.text("debounce_key IS NOT NULL"),
+        postgresql_where=sa.text("debounce_key IS NOT NULL"),
     )
     with op.batch_alter_table("durablesched_queues") as batch:
         batch.add_column(sa.Column("concurrency_per_key", sa.Integer()))
@@ -199,9 +232,11 @@ def upgrade() -> None:
         op.execute(PG_FUNCTIONS)
         for trigger in PG_TRIGGERS:
             op.execute(trigger)
+        op.execute(PG_DEBOUNCE)
     else:
         for name, (when, body) in SQLITE_TRIGGERS.items():
             op.execute(f"CREATE TRIGGER {name} {when} BEGIN {body}\n    END")
+        op.execute(SQLITE_DEBOUNCE)
 
 
 def _claimable_index(name: str, columns: list[str | sa.TextClause], where: str) -> None:
@@ -220,9 +255,13 @@ def downgrade() -> None:
             op.execute(f"DROP TRIGGER durablesched_limit_key_{name} ON tasks")
         op.execute("DROP FUNCTION durablesched_limit_key_trigger()")
         op.execute("DROP FUNCTION durablesched_limit_key_sync(text, text, bigint)")
+        op.execute("DROP TRIGGER durablesched_debounce_started ON tasks")
+        op.execute("DROP FUNCTION durablesched_debounce_started()")
     else:
         for name in SQLITE_TRIGGERS:
             op.execute(f"DROP TRIGGER {name}")
+        op.execute("DROP TRIGGER durablesched_debounce_started")
+    op.drop_index("ux_tasks_debounce_key", table_name="tasks")
     op.drop_index("ix_tasks_key_running", table_name="tasks")
     op.drop_index("ix_tasks_key_claimable", table_name="tasks")
     op.drop_index("ix_tasks_queue_claimable", table_name="tasks")
@@ -235,4 +274,6 @@ def downgrade() -> None:
         batch.drop_column("concurrency_per_key")
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("key_waiting")
+        batch.drop_column("debounce_until")
+        batch.drop_column("debounce_key")
         batch.drop_column("limit_key")

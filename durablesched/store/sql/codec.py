@@ -88,4 +88,5 @@ def record(row: Row[Any]) -> TaskRecord:
         priority=row.priority,
         trace=trace,
         limit_key=row.limit_key,
+        debounce_key=row.debounce_key,
     )

@@ -69,6 +69,10 @@ tasks = Table(
     #: claimable task the claim may take, kept by the triggers of migration 0013), so
     #: out of the claim's walk; 0 for every other task.
     Column("key_waiting", Integer, nullable=False, server_default=text("0")),
+    #: Debouncing: the key of a PENDING task not yet started (cleared when it starts,
+    #: by the triggers of migration 0013), and the latest its due time may be pushed to.
+    Column("debounce_key", Text),
+    Column("debounce_until", Time),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("priority BETWEEN -100 AND 100", name="ck_tasks_priority"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),
@@ -122,6 +126,14 @@ Index(
     tasks.c.seq,
     sqlite_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
     postgresql_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
+)
+#: At most one task per debounce key: a submit with the key updates it instead.
+Index(
+    "ux_tasks_debounce_key",
+    tasks.c.debounce_key,
+    unique=True,
+    sqlite_where=text("debounce_key IS NOT NULL"),
+    postgresql_where=text("debounce_key IS NOT NULL"),
 )
 #: A limit key's RUNNING tasks, counted by the triggers.
 Index(

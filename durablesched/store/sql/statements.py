@@ -26,7 +26,7 @@ VALID = (
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment, queue, priority, limit_key"
+    "created_at, updated_at, finished_at, environment, queue, priority, limit_key, debounce_key"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
@@ -63,6 +63,20 @@ KEY_HOLDER_CONFLICT = (
 )
 #: One keyed task, or nothing if a key-holding task has its key (``RETURNING`` tells).
 INSERT_KEYED_TASK = f"{INSERT_TASK} {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
+#: A debounced task: new, or (a task PENDING with its debounce key, never started) that
+#: task with these arguments, due at this submit's due time but no later than its
+#: ``debounce_until``. Its id tells which (``:id`` was allocated for a new one).
+SQL_INSERT_DEBOUNCED = text(
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "created_at, updated_at, queue, priority, limit_key, debounce_key, debounce_until) "
+    "VALUES (:id, :id, :name, :args, 'PENDING', :due_at, 0, :max_attempts, 0, :now, :now, "
+    ":queue, :priority, :limit_key, :debounce_key, :debounce_until) "
+    "ON CONFLICT (debounce_key) WHERE debounce_key IS NOT NULL DO UPDATE SET "
+    "args = excluded.args, updated_at = excluded.updated_at, due_at = CASE "
+    "WHEN tasks.debounce_until IS NOT NULL AND tasks.debounce_until < excluded.due_at "
+    "THEN tasks.debounce_until ELSE excluded.due_at END "
+    "RETURNING id, created_at"
+)
 #: Whether queue ``:name`` has its row.
 SQL_QUEUE_EXISTS = text("SELECT 1 FROM durablesched_queues WHERE name = :name")
 #: A queue's row, made the first time a task is submitted to it.
