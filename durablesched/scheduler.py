@@ -460,16 +460,20 @@ class Scheduler:
         rate: Rate | str | Keep | None = KEEP,
         paused: bool | Keep = KEEP,
         concurrency_per_key: int | Keep | None = KEEP,
+        rate_per_key: Rate | str | Keep | None = KEEP,
     ) -> QueueLimits:
         """Change a queue's limits (None removes one; what is not given stays); the queue is
         made if new. Every worker obeys the change from its next claim. Returns the limits.
 
-        ``concurrency_per_key``: at most that many tasks of one ``limit_key`` running at once
+        ``concurrency_per_key``: at most that many tasks of one ``limit_key`` running at once;
+        ``rate_per_key`` (as ``rate``): at most so many of one key started in any window
         (docs/queues.md, "Limits per key")."""
         check_queue(name)
         current = {q.name: q for q in self.store.queue_limits()}.get(name, QueueLimits(name))
         if isinstance(rate, str):
             rate = Rate.parse(rate)
+        if isinstance(rate_per_key, str):
+            rate_per_key = Rate.parse(rate_per_key)
         if not isinstance(paused, Keep | bool):
             raise InvalidTaskError(f"paused must be True or False, got {paused!r}")
         limits = QueueLimits(
@@ -480,6 +484,7 @@ class Scheduler:
             current.concurrency_per_key
             if isinstance(concurrency_per_key, Keep)
             else concurrency_per_key,
+            current.rate_per_key if isinstance(rate_per_key, Keep) else rate_per_key,
         )
         self.store.put_queue(limits, self.clock.now())
         return limits

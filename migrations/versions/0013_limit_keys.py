@@ -41,13 +41,21 @@ depends_on = None
 Id = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 
 CLAIMABLE = "state IN ('PENDING', 'RETRY_WAIT')"
+#: The cap per key of a queue with a rate per key only (``queues.KEY_CAP_UNLIMITED``).
+UNLIMITED = 2**31 - 1
+CAP = (
+    f"COALESCE(concurrency_per_key, CASE WHEN rate_per_key_count IS NOT NULL THEN {UNLIMITED} END)"
+)
 
 
 def _sqlite_sync(q: str, k: str, changed: str) -> str:
     """The statements that bring key (``q``, ``k``) up to date after task ``changed``
     (an SQL expression, NULL for none) changed, as a SQLite trigger body."""
     key = f"queue = {q} AND limit_key = {k}"
-    cap = f"(SELECT concurrency_per_key FROM durablesched_queues WHERE name = {q})"
+    cap = (
+        "(SELECT COALESCE(concurrency_per_key, CASE WHEN rate_per_key_count IS NOT NULL "
+        f"THEN {UNLIMITED} END) FROM durablesched_queues WHERE name = {q})"
+    )
     head = f"(SELECT head_id FROM durablesched_limit_keys WHERE {key})"
     return f"""
         INSERT OR IGNORE INTO durablesched_limit_keys (queue, limit_key, running, head_id)
@@ -59,11 +67,12 @@ def _sqlite_sync(q: str, k: str, changed: str) -> str:
                             AND key_waiting = 0 AND {key});
         UPDATE durablesched_limit_keys SET head_id = (SELECT id FROM tasks WHERE {key}
             AND limit_key IS NOT NULL AND {CLAIMABLE} ORDER BY due_at, priority DESC, seq LIMIT 1)
-            WHERE {key} AND head_id IS NULL AND running < {cap};
+            WHERE {key} AND head_id IS NULL AND blocked_until IS NULL AND running < {cap};
         UPDATE tasks SET key_waiting = 0 WHERE id = {head} AND key_waiting = 1;
         UPDATE tasks SET key_waiting = 1 WHERE id = {changed} AND key_waiting = 0
             AND {CLAIMABLE} AND id IS NOT {head} AND {cap} IS NOT NULL;
-        DELETE FROM durablesched_limit_keys WHERE {key} AND running = 0 AND head_id IS NULL;"""
+        DELETE FROM durablesched_limit_keys WHERE {key} AND running = 0 AND head_id IS NULL
+            AND blocked_until IS NULL;"""
 
 
 SQLITE_TRIGGERS = {
@@ -93,26 +102,28 @@ DECLARE
     cap integer;
     n integer;
     head bigint;
+    blocked timestamptz;
 BEGIN
     -- Keys of a queue without a limit per key cost no lock.
-    SELECT concurrency_per_key INTO cap FROM durablesched_queues WHERE name = q;
+    SELECT {CAP} INTO cap FROM durablesched_queues WHERE name = q;
     IF cap IS NULL THEN
         RETURN;
     END IF;
     -- The queue's row: the lock a claim of the queue takes before it picks rows.
-    SELECT concurrency_per_key INTO cap FROM durablesched_queues WHERE name = q FOR UPDATE;
+    SELECT {CAP} INTO cap FROM durablesched_queues WHERE name = q FOR UPDATE;
     IF cap IS NULL THEN
         RETURN;
     END IF;
     SELECT count(*) INTO n FROM tasks
         WHERE queue = q AND limit_key = k AND state = 'RUNNING';
-    SELECT head_id INTO head FROM durablesched_limit_keys WHERE queue = q AND limit_key = k;
+    SELECT head_id, blocked_until INTO head, blocked
+        FROM durablesched_limit_keys WHERE queue = q AND limit_key = k;
     IF head IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM tasks WHERE id = head AND queue = q AND limit_key = k
             AND {CLAIMABLE} AND key_waiting = 0) THEN
         head := NULL;
     END IF;
-    IF head IS NULL AND n < cap THEN
+    IF head IS NULL AND blocked IS NULL AND n < cap THEN
         SELECT id INTO head FROM tasks
             WHERE queue = q AND limit_key = k AND limit_key IS NOT NULL AND {CLAIMABLE}
             ORDER BY due_at, priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED;
@@ -124,7 +135,7 @@ BEGIN
         UPDATE tasks SET key_waiting = 1
             WHERE id = changed AND key_waiting = 0 AND {CLAIMABLE};
     END IF;
-    IF n = 0 AND head IS NULL THEN
+    IF n = 0 AND head IS NULL AND blocked IS NULL THEN
         DELETE FROM durablesched_limit_keys WHERE queue = q AND limit_key = k;
     ELSE
         INSERT INTO durablesched_limit_keys (queue, limit_key, running, head_id)
@@ -201,9 +212,16 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("durablesched_queues") as batch:
         batch.add_column(sa.Column("concurrency_per_key", sa.Integer()))
+        batch.add_column(sa.Column("rate_per_key_count", sa.Integer()))
+        batch.add_column(sa.Column("rate_per_key_seconds", sa.Integer()))
         batch.create_check_constraint(
             "ck_queues_concurrency_per_key",
             "concurrency_per_key IS NULL OR concurrency_per_key >= 1",
+        )
+        batch.create_check_constraint(
+            "ck_queues_rate_per_key",
+            "(rate_per_key_count IS NULL AND rate_per_key_seconds IS NULL) OR "
+            "(rate_per_key_count >= 1 AND rate_per_key_seconds >= 1)",
         )
     op.create_table(
         "durablesched_limit_keys",
@@ -211,6 +229,21 @@ def upgrade() -> None:
         sa.Column("limit_key", sa.Text(), primary_key=True),
         sa.Column("running", sa.Integer(), nullable=False),
         sa.Column("head_id", Id),
+        sa.Column("blocked_until", time),
+    )
+    op.create_index(
+        "ix_durablesched_limit_keys_blocked",
+        "durablesched_limit_keys",
+        ["queue", "blocked_until"],
+    )
+    op.create_table(
+        "durablesched_key_starts",
+        sa.Column("queue", sa.Text(), nullable=False),
+        sa.Column("limit_key", sa.Text(), nullable=False),
+        sa.Column("at", time, nullable=False),
+    )
+    op.create_index(
+        "ix_durablesched_key_starts", "durablesched_key_starts", ["queue", "limit_key", "at"]
     )
     op.drop_index("ix_tasks_queue_claimable", table_name="tasks")
     _claimable_index(
@@ -268,10 +301,14 @@ def downgrade() -> None:
     _claimable_index(
         "ix_tasks_queue_claimable", ["queue", sa.text("priority DESC"), "due_at", "seq"], CLAIMABLE
     )
+    op.drop_table("durablesched_key_starts")
     op.drop_table("durablesched_limit_keys")
     with op.batch_alter_table("durablesched_queues") as batch:
         batch.drop_constraint("ck_queues_concurrency_per_key", type_="check")
+        batch.drop_constraint("ck_queues_rate_per_key", type_="check")
         batch.drop_column("concurrency_per_key")
+        batch.drop_column("rate_per_key_count")
+        batch.drop_column("rate_per_key_seconds")
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("key_waiting")
         batch.drop_column("debounce_until")

@@ -568,19 +568,21 @@ class StoresAgree(RuleBasedStateMachine):
         ),
         paused=st.sampled_from([False, False, True]),
         per_key=st.sampled_from([None, None, 1, 2]),
+        key_rate=st.sampled_from([None, None, Rate(1, timedelta(seconds=10))]),
     )
-    def put_queue(
+    def put_queue(  # noqa: PLR0917 - one rule's drawn arguments
         self,
         queue: str,
         concurrency: int | None,
         rate: Rate | None,
         paused: bool,
         per_key: int | None,
+        key_rate: Rate | None,
     ) -> None:
         """Limits and pause, as an operator sets them: no task changes state (a changed
         limit per key chooses its keys' heads afresh)."""
         self.op = "read"
-        limits = QueueLimits(queue, concurrency, rate, paused, per_key)
+        limits = QueueLimits(queue, concurrency, rate, paused, per_key, key_rate)
         self.both("put_queue", limits, self.now())
 
     @rule()
@@ -1205,14 +1207,15 @@ class PostgresAgrees(StoresAgree):
                 text(
                     "TRUNCATE tasks, task_events, idempotency_keys, effect_log, "
                     "durablesched_queue_starts, durablesched_workers, durablesched_limit_keys, "
-                    "durablesched_attempt_totals CASCADE"
+                    "durablesched_key_starts, durablesched_attempt_totals CASCADE"
                 )
             )
             conn.execute(text("DELETE FROM durablesched_queues WHERE name <> 'default'"))
             conn.execute(
                 text(
                     "UPDATE durablesched_queues SET concurrency = NULL, rate_count = NULL, "
-                    "rate_seconds = NULL, paused = 0, concurrency_per_key = NULL"
+                    "rate_seconds = NULL, paused = 0, concurrency_per_key = NULL, "
+                    "rate_per_key_count = NULL, rate_per_key_seconds = NULL"
                 )
             )
             conn.execute(text("ALTER SEQUENCE durablesched_task_seq RESTART WITH 1"))
