@@ -309,8 +309,7 @@ def downgrade() -> None:
         batch.drop_column("concurrency_per_key")
         batch.drop_column("rate_per_key_count")
         batch.drop_column("rate_per_key_seconds")
-    with op.batch_alter_table("tasks") as batch:
-        batch.drop_column("key_waiting")
-        batch.drop_column("debounce_until")
-        batch.drop_column("debounce_key")
-        batch.drop_column("limit_key")
+    # Plain DROP COLUMN (SQLite 3.35+ too): a batch would rebuild tasks, and SQLite
+    # refuses to rename the rebuilt table under the views that read it.
+    for column in ("key_waiting", "debounce_until", "debounce_key", "limit_key"):
+        op.execute(f"ALTER TABLE tasks DROP COLUMN {column}")

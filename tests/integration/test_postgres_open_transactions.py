@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from durablesched import InvalidTransitionError, TaskState
-from durablesched.records import ErrorInfo, NewTask, Submitted
+from durablesched.records import ErrorInfo, NewTask, Outcome, Submitted
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
 from durablesched.store.sql.submitting import record_submissions
@@ -404,3 +404,25 @@ def test_receivers_of_one_source_take_turns(
         leave.set()
         other.close()
         source.close()
+
+
+def test_an_outcome_undone_by_its_effect_takes_no_task_ids(
+    pg: tuple[str, PostgresStore],
+) -> None:
+    """A success whose effect raises is undone with its children; the children must not
+    have taken ids first (a sequence never gives them back): the next task's id is the
+    next one."""
+    _url, store = pg
+    (parent,) = store.submit([_task()], T0)
+    (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
+
+    def raises(_conn: object) -> None:
+        raise RuntimeError("the effect failed")
+
+    outcome = Outcome(claim, result=1, children=(_task(), _task()), effects=(raises,))
+    results, _ = store.record_and_claim(
+        [outcome], T0, owner="w", limit=0, lease=timedelta(seconds=30)
+    )
+    assert isinstance(results[0], RuntimeError)
+    (after,) = store.submit([_task()], T0)
+    assert after.task_id == parent.task_id + 1

@@ -80,10 +80,12 @@ def record_success(
             "result": result_json,
         },
     )
-    if outcome.children:
-        insert(tx, conn, outcome.children, now)
+    # Effects before children: an effect that raises undoes the outcome, and children
+    # stored first would have taken ids that PostgreSQL's sequence never gives back.
     for effect in outcome.effects:
         effect(conn)
+    if outcome.children:
+        insert(tx, conn, outcome.children, now)
     tx._event(conn, claim.task_id, now, TaskState.SUCCEEDED, row.attempts, None)
     return TaskState.SUCCEEDED
 
