@@ -194,6 +194,23 @@ CREATE TRIGGER durablesched_debounce_started BEFORE UPDATE OF state ON tasks FOR
 """
 
 
+#: For people: every live limit key of a queue with limits per key, busiest first.
+LIMIT_KEYS_VIEW = f"""
+    CREATE VIEW queue_limit_keys AS
+    SELECT k.queue, k.limit_key, k.running,
+           (SELECT count(*) FROM tasks t
+            WHERE t.queue = k.queue AND t.limit_key = k.limit_key AND t.{CLAIMABLE}) AS waiting,
+           q.concurrency_per_key,
+           CASE WHEN q.rate_per_key_count IS NULL THEN NULL
+                ELSE q.rate_per_key_count || '/' || q.rate_per_key_seconds || 's' END
+               AS rate_per_key,
+           CASE WHEN k.running >= q.concurrency_per_key OR k.blocked_until IS NOT NULL
+                THEN 1 ELSE 0 END AS at_limit,
+           k.head_id, k.blocked_until
+    FROM durablesched_limit_keys k JOIN durablesched_queues q ON q.name = k.queue
+    ORDER BY k.queue, k.running DESC, k.limit_key"""
+
+
 def upgrade() -> None:
     op.add_column("tasks", sa.Column("limit_key", sa.Text()))
     op.add_column(
@@ -270,6 +287,7 @@ def upgrade() -> None:
         for name, (when, body) in SQLITE_TRIGGERS.items():
             op.execute(f"CREATE TRIGGER {name} {when} BEGIN {body}\n    END")
         op.execute(SQLITE_DEBOUNCE)
+    op.execute(LIMIT_KEYS_VIEW)
 
 
 def _claimable_index(name: str, columns: list[str | sa.TextClause], where: str) -> None:
@@ -283,6 +301,7 @@ def _claimable_index(name: str, columns: list[str | sa.TextClause], where: str) 
 
 
 def downgrade() -> None:
+    op.execute("DROP VIEW queue_limit_keys")
     if op.get_bind().dialect.name == "postgresql":
         for name in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER durablesched_limit_key_{name} ON tasks")
