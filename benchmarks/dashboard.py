@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from durablesched import PostgresStore, Scheduler, SQLiteStore, SystemClock
 from durablesched.dashboard import filters
@@ -169,6 +170,13 @@ def pages(store: SQLStore, tasks: int) -> dict[str, str]:
     window = (old - timedelta(hours=1), old)
     fmt = "%Y-%m-%dT%H:%M:%S"
     failed = next(iter(store.find_tasks(_query("FAILED"), 1)))
+    end = {"after": filters.LAST_PAGE}
+
+    def through_older(state: str) -> str:
+        """The last page as the 'older' links reach it: before the tenth oldest task."""
+        tenth = store.find_tasks(_query(state, after=True), 10)[0]
+        return urlencode({"state": state, "before": filters.cursor(tenth.created_at, tenth.id)})
+
     return {
         "overview": "/",
         "overview (live part)": "/?fragment=1",
@@ -179,6 +187,20 @@ def pages(store: SQLStore, tasks: int) -> dict[str, str]:
         "tasks by state (SUCCEEDED)": "/tasks?state=SUCCEEDED",
         "tasks by state (CANCELLED: none)": "/tasks?state=CANCELLED",
         "tasks by state (RUNNING)": "/tasks?state=RUNNING",
+        "tasks, the last page (oldest)": f"/tasks?{urlencode(end)}",
+        "tasks by state (PENDING), the last page (oldest)": (
+            f"/tasks?{urlencode({'state': 'PENDING', **end})}"
+        ),
+        "tasks by state (PENDING), the last page through older": (
+            f"/tasks?{through_older('PENDING')}"
+        ),
+        "tasks by state (SUCCEEDED), the last page (oldest)": (
+            f"/tasks?{urlencode({'state': 'SUCCEEDED', **end})}"
+        ),
+        "tasks by state (SUCCEEDED), the last page through older": (
+            f"/tasks?{through_older('SUCCEEDED')}"
+        ),
+        "tasks by queue, the last page (oldest)": f"/tasks?{urlencode({'queue': 'mail', **end})}",
         "tasks by queue": "/tasks?queue=mail",
         "tasks by name": "/tasks?name=task.7",
         "tasks by name and state": "/tasks?name=task.7&state=FAILED",
@@ -194,11 +216,11 @@ def pages(store: SQLStore, tasks: int) -> dict[str, str]:
     }
 
 
-def _query(state: str) -> Any:
-    from durablesched.records import TaskQuery  # noqa: PLC0415
+def _query(state: str, *, after: bool = False) -> Any:
+    from durablesched.records import OLDEST, TaskQuery  # noqa: PLC0415
     from durablesched.states import TaskState  # noqa: PLC0415
 
-    return TaskQuery(state=TaskState(state))
+    return TaskQuery(state=TaskState(state), after=OLDEST if after else None)
 
 
 def time_pages(store: SQLStore, tasks: int, requests: int) -> dict[str, tuple[float, float, float]]:

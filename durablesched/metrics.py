@@ -107,6 +107,12 @@ class StoreCollector:
         paused = GaugeMetricFamily(
             "durablesched_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
         )
+        ahead = GaugeMetricFamily(
+            "durablesched_tasks_claimed_ahead",
+            "RUNNING tasks claimed ahead, waiting in a worker for a slot (not started), "
+            "per queue; the started ones are durablesched_tasks{state=RUNNING} minus these.",
+            labels=["queue"],
+        )
         at_limit = GaugeMetricFamily(
             "durablesched_queue_keys_at_limit",
             "Limit keys of the queue with as many tasks RUNNING as its concurrency per key "
@@ -118,8 +124,9 @@ class StoreCollector:
                 tasks.add_metric([info["name"], state], count)
             oldest.add_metric([info["name"]], info["oldest_waiting_seconds"] or 0.0)
             paused.add_metric([info["name"]], float(info["paused"]))
+            ahead.add_metric([info["name"]], info["waiting"])
             at_limit.add_metric([info["name"]], float(info["keys_at_limit"]))
-        yield from (tasks, oldest, paused, at_limit)
+        yield from (tasks, oldest, paused, ahead, at_limit)
 
     def _attempts(self, totals: list[AttemptTotal]) -> Iterator[Metric]:
         family = CounterMetricFamily(

@@ -213,5 +213,9 @@ class QueueInfo(TypedDict):
     #: or whose rate window is full.
     keys_at_limit: int
     counts: dict[str, int]
+    #: RUNNING tasks whose attempts started.
     running: int
     oldest_waiting_seconds: float | None
+    #: RUNNING tasks claimed ahead, waiting in a worker for a slot (not started): with
+    #: ``running``, the RUNNING count.
+    waiting: int

@@ -6,7 +6,7 @@ import builtins
 import traceback as _traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict
 
@@ -206,6 +206,9 @@ class TaskRecord:
     limit_key: str | None = None
     #: Its debounce key while it is PENDING and has never started (then None).
     debounce_key: str | None = None
+    #: When its latest attempt started; None while it waits claimed ahead in a worker
+    #: (RUNNING, not started: ``Worker(ahead=)``), and for a task never claimed.
+    started_at: datetime | None = None
 
     @property
     def effective_key(self) -> str:
@@ -244,6 +247,10 @@ class Claim:
     #: When this claim was made: the time of its RUNNING history line, the attempt's
     #: start (``AttemptInfo.started_at``); every store sets it.
     claimed_at: datetime | None = None
+    #: When its attempt started: ``claimed_at`` for a claim into a free slot; None for
+    #: one claimed ahead (``ahead=``), waiting in its worker, until the worker starts it
+    #: (the claim it runs under then carries the time).
+    started_at: datetime | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -508,6 +515,10 @@ class WorkerInfo:
     last_seen: datetime
     #: How long it may go unseen and still count as alive: its task lease.
     lease: timedelta
+    #: The tasks it holds RUNNING whose attempts started (when listed).
+    running: int = 0
+    #: The tasks it holds claimed ahead, waiting for a slot (when listed).
+    waiting: int = 0
 
     def alive(self, now: datetime) -> bool:
         """Seen within its lease at ``now``."""
@@ -569,6 +580,10 @@ def reclaim_owner(detail: str | None) -> str | None:
 # -- what a dashboard reads (``Console``) --------------------------------------------------------
 
 
+#: An ``after`` cursor older than every task: the list's last page, read from its end.
+OLDEST = (datetime(1, 1, 1, tzinfo=UTC), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskQuery:
     """Which tasks a page of a task list holds: newest first, by ``(created_at, id)``
@@ -576,7 +591,11 @@ class TaskQuery:
 
     ``before`` is the keyset cursor: the ``(created_at, id)`` of the last task of the
     previous page, so that the next page starts right after it without counting
-    the rows before it (a page costs what it shows, however deep it is).
+    the rows before it (a page costs what it shows, however deep it is). ``after``
+    is the cursor the other way: the page is then the *oldest* tasks newer than it
+    (still listed newest first), so that the list can be paged back towards the
+    newest, and its last page read from the oldest end (an ``after`` older than
+    every task: :data:`OLDEST`) at the cost of its first.
     """
 
     state: TaskState | None = None
@@ -589,6 +608,7 @@ class TaskQuery:
     #: Created before this time.
     created_until: datetime | None = None
     before: tuple[datetime, int] | None = None
+    after: tuple[datetime, int] | None = None
 
     def matches(self, task: TaskRecord) -> bool:
         """Whether ``task`` is in the list this query describes (the in-memory reading)."""
@@ -600,6 +620,7 @@ class TaskQuery:
             and (self.created_from is None or task.created_at >= self.created_from)
             and (self.created_until is None or task.created_at < self.created_until)
             and (self.before is None or (task.created_at, task.id) < self.before)
+            and (self.after is None or (task.created_at, task.id) > self.after)
         )
 
 

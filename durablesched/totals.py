@@ -89,10 +89,11 @@ def ended(tally: Tally, claim: Claim, state: object, now: datetime) -> None:
     outcome = _OUTCOME_OF.get(state) if isinstance(state, TaskState) else None
     if outcome is None:
         return
-    if claim.claimed_at is None:
+    start = claim.started_at or claim.claimed_at  # a claim ahead: from its start
+    if start is None:
         add(tally, (claim.queue, claim.name, outcome, NO_DURATION), 0)
         return
-    duration = max(0, (now - claim.claimed_at) // _MICROSECOND)
+    duration = max(0, (now - start) // _MICROSECOND)
     add(tally, (claim.queue, claim.name, outcome, bucket_of(duration)), duration)
 
 

@@ -130,7 +130,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         allowed.append(f"[{args.host.strip('[]')}]" if ":" in args.host else args.host)
     dashboard, uvicorn = _modules()
     with _listen(args.host, port) as sock:
-        store = open_db(args, readonly=args.read_only)
+        # A reader: a mistyped --db is exit 2, not a new, empty database to look at.
+        store = open_db(args, readonly=args.read_only, create=False)
         try:
             app = dashboard.create_app(
                 store, token=token, read_only=args.read_only, allowed_hosts=allowed

@@ -79,16 +79,20 @@ def open_db(
     option: str = "--db",
     *,
     readonly: bool | None = None,
+    create: bool = True,
 ) -> DurableStore:
     """The store at ``url`` (named ``option`` in errors), or at ``--db``, with
-    ``--durability``; read-only for the commands that only read (or as ``readonly`` says)."""
+    ``--durability``; read-only for the commands that only read (or as ``readonly`` says).
+    ``create=False``: a missing database or schema is a usage error, as for a reader."""
     from durablesched.store.opening import open_store
 
     db = check_db(args.db if url is None else url, option)
     if readonly is None:
         readonly = url is None and getattr(args, "command", None) in READ_ONLY_COMMANDS
     with readable(db):
-        return open_store(db, durability=durability_of(args.durability), readonly=readonly)
+        return open_store(
+            db, durability=durability_of(args.durability), readonly=readonly, create=create
+        )
 
 
 @contextmanager

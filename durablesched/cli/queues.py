@@ -146,6 +146,7 @@ def _ls(args: argparse.Namespace) -> int:
             "paused" if q["paused"] else "active",
             q["counts"]["PENDING"] + q["counts"]["RETRY_WAIT"],
             q["running"],
+            q["waiting"],
             "-" if q["concurrency"] is None else q["concurrency"],
             q["rate"] or "-",
             _per_key(q),
@@ -156,16 +157,8 @@ def _ls(args: argparse.Namespace) -> int:
         ]
         for q in infos
     ]
-    headers = [
-        "queue",
-        "state",
-        "waiting",
-        "running",
-        "concurrency",
-        "rate",
-        "per key",
-        "oldest wait",
-    ]
+    headers = ["queue", "state", "waiting", "running", "ahead", "concurrency", "rate"]
+    headers += ["per key", "oldest wait"]
     print(table([*headers, "succeeded", "failed", "cancelled"], rows))
     return EXIT_OK
 

@@ -79,6 +79,17 @@ def register(commands: Commands) -> None:
     )
     option(
         p,
+        "--ahead",
+        help="at most how many tasks to claim beyond the slots, waiting for one to free "
+        "(0: claim only into free slots)",
+    )
+    option(
+        p,
+        "--ahead-window",
+        help="claim ahead only what starts within this many seconds at the recent rate",
+    )
+    option(
+        p,
         "--give-up-after",
         help="seconds of database errors in a row the worker backs off from before it exits 1",
     )
@@ -120,6 +131,8 @@ class WorkerOptions:
     burst_wait: float
     queues: dict[str, int] | None = None
     unknown_tasks: str = "skip"
+    ahead: int = 8
+    ahead_window: float = 0.05
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -154,6 +167,10 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         burst_wait=seconds("--burst-wait", args.burst_wait),
         queues=served_queues(args.queue),
         unknown_tasks=args.unknown_tasks,
+        ahead=0
+        if str(args.ahead).strip() == "0"
+        else positive_int("--ahead", args.ahead, maximum=10_000),
+        ahead_window=seconds("--ahead-window", args.ahead_window),
     )
 
 
@@ -191,6 +208,8 @@ def build_worker(options: WorkerOptions, args: argparse.Namespace) -> tuple[Dura
         queues=options.queues,
         give_up_after=options.give_up_after,
         unknown_tasks=options.unknown_tasks,
+        ahead=options.ahead,
+        ahead_window=options.ahead_window,
     )
     return store, worker
 

@@ -37,13 +37,16 @@ def cmd_workers(args: argparse.Namespace) -> int:
             w.host,
             w.pid,
             _queues(w),
+            w.running,
+            w.waiting,
             when(w.started_at),
             when(w.last_seen),
             w.state(now),
         ]
         for w in listed
     ]
-    print(table(["id", "host", "pid", "queues", "started", "last seen", "state"], rows))
+    headers = ["id", "host", "pid", "queues", "running", "ahead", "started", "last seen"]
+    print(table([*headers, "state"], rows))
     return EXIT_OK
 
 
@@ -61,6 +64,8 @@ def worker_dict(worker: WorkerInfo, now: datetime) -> dict[str, object]:
         "last_seen": worker.last_seen,
         "lease_seconds": worker.lease.total_seconds(),
         "state": worker.state(now),
+        "running": worker.running,
+        "claimed_ahead": worker.waiting,
     }
 
 

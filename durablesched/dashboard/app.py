@@ -24,6 +24,7 @@ from durablesched.dashboard import actions, reads
 from durablesched.dashboard.actions import Operations, Refusal, run_action
 from durablesched.dashboard.chart import throughput_chart
 from durablesched.dashboard.filters import (
+    LAST_PAGE,
     MAX_ID,
     PAGE_SIZE,
     BadFilter,
@@ -44,6 +45,7 @@ from durablesched.dashboard.security import (
     same,
 )
 from durablesched.errors import ConfigurationError, InvalidTaskError
+from durablesched.records import OLDEST
 from durablesched.scheduler import Scheduler
 from durablesched.states import TERMINAL, TaskState
 from durablesched.submission import check_name
@@ -110,16 +112,25 @@ class Pages:
         except BadFilter as e:
             raise HTTPException(400, str(e)) from None
         found = await run_in_threadpool(self.store.find_tasks, asked.query, PAGE_SIZE + 1)
-        shown = found[:PAGE_SIZE]
-        after = None
-        if len(found) > PAGE_SIZE:
-            last = shown[-1]
-            after = asked.link(before=cursor(last.created_at, last.id))
+        query = asked.query
+        more = len(found) > PAGE_SIZE
+        # Walking back (after): the rows are the oldest after the cursor, and the extra
+        # one is the newest; walking on (before, or from the top): the oldest is extra.
+        shown = (found[1:] if more else found) if query.after else found[:PAGE_SIZE]
+        newer = more if query.after else query.before is not None
+        older = query.after != OLDEST if query.after else more
+        first, last = (shown[0], shown[-1]) if shown else (None, None)
         context = {
             "tasks": shown,
             "asked": asked,
-            "next_link": after,
-            "first_link": asked.link(before=None) if asked.query.before else None,
+            "first_link": asked.link(before=None, after=None) if newer else None,
+            "newer_link": asked.link(before=None, after=cursor(first.created_at, first.id))
+            if newer and first
+            else None,
+            "next_link": asked.link(after=None, before=cursor(last.created_at, last.id))
+            if older and last
+            else None,
+            "last_link": asked.link(before=None, after=LAST_PAGE) if older else None,
             "states": [s.value for s in TaskState],
             "terminal": {s.value for s in TERMINAL},
             "can_retry": hasattr(self.store, "requeue"),

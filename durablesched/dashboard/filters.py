@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from durablesched.errors import InvalidTaskError
 from durablesched.queues import check_queue
-from durablesched.records import TaskQuery
+from durablesched.records import OLDEST, TaskQuery
 from durablesched.states import TaskState
 from durablesched.submission import MAX_KEY_LENGTH, check_name
 
@@ -54,7 +54,7 @@ def read_id(value: str, what: str = "a task id") -> int:
 
 def read_filters(params: Mapping[str, str]) -> ListRequest:
     """The query in ``params`` (a request's query string), checked."""
-    given = {k: params[k] for k in (*FIELDS, "before") if params.get(k, "").strip()}
+    given = {k: params[k] for k in (*FIELDS, "before", "after") if params.get(k, "").strip()}
     state = None
     if "state" in given:
         try:
@@ -77,7 +77,8 @@ def read_filters(params: Mapping[str, str]) -> ListRequest:
         raise BadFilter(f"key {key!r} contains control characters or lone surrogates")
     created_from = _time(given.get("created_from"), "created from")
     created_until = _time(given.get("created_until"), "created until")
-    before = _cursor(given.get("before"))
+    before = _cursor(given.get("before"), "before")
+    after = _cursor(given.get("after"), "after")
     return ListRequest(
         TaskQuery(
             state=state,
@@ -87,6 +88,7 @@ def read_filters(params: Mapping[str, str]) -> ListRequest:
             created_from=created_from,
             created_until=created_until,
             before=before,
+            after=after,
         ),
         given,
     )
@@ -115,7 +117,7 @@ def cursor(created_at: datetime, task_id: int) -> str:
     return f"{created_at.astimezone(UTC).replace(tzinfo=None).isoformat()}Z~{task_id}"
 
 
-def _cursor(value: str | None) -> tuple[datetime, int] | None:
+def _cursor(value: str | None, what: str) -> tuple[datetime, int] | None:
     if value is None:
         return None
     at, sep, number = value.strip().rpartition("~")
@@ -124,4 +126,10 @@ def _cursor(value: str | None) -> tuple[datetime, int] | None:
             raise ValueError(value)
         return _utc(datetime.fromisoformat(at)), read_id(number)
     except (ValueError, OverflowError):
-        raise BadFilter(f"before must be a page cursor from a 'next' link, got {value!r}") from None
+        raise BadFilter(
+            f"{what} must be a page cursor from the list's links, got {value!r}"
+        ) from None
+
+
+#: The ``after`` cursor of the list's last page (older than every task).
+LAST_PAGE = cursor(*OLDEST)

@@ -209,52 +209,98 @@ class MemoryStore:
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
-        claims: list[Claim] = []
         with self._lock:
             self._promote(now)
             rated: dict[str, Rate] = {}
             if limit > 0 and (names is None or names):
                 rated = dict(self._unblock_keys(limit, now, queues))
-            allowed = self._allowances(limit, now, queues)
-            skipped: dict[str, list[_ReadyEntry]] = {}
-            #: Limit keys claimed from in this call: one claim takes at most one task of a
-            #: key (the head it found), as the SQL claim's one statement does.
-            keys_taken: set[tuple[str, str]] = set()
-            while len(claims) < limit:
-                heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
-                if not heads:
-                    break
-                entry, queue = min(heads)
-                heapq.heappop(self._ready[queue])
-                task = self._live_ready(entry)
-                if task is None:
-                    self._stale -= 1
-                    continue
-                if (
-                    (names is not None and task.name not in names)
-                    or task.due_at > now
-                    or self._held_back(task)
-                    or (task.limit_key is not None and (queue, task.limit_key) in keys_taken)
-                ):
-                    # Another name, or made ready by a claim at a later time (its caller
-                    # read the clock after this one's): not due at this claim's time.
-                    skipped.setdefault(queue, []).append(entry)
-                    continue
-                allowed[queue] -= 1
-                if task.limit_key is not None and self._heads.get(key := (queue, task.limit_key)):
-                    keys_taken.add(key)
-                if queue in self._starts:
-                    self._starts[queue].append(now)
-                claims.append(self._start(task, owner, now, lease, task.name in process_names))
-            for queue, entries in skipped.items():
-                for entry in entries:
-                    heapq.heappush(self._ready[queue], entry)
+            claims = self._claim_some(
+                owner,
+                limit,
+                now,
+                lease,
+                self._allowances(limit, now, queues),
+                names=names,
+                process_names=process_names,
+            )
             for claim in claims:
                 limit_key = self._tasks[claim.task_id].limit_key
                 rate = rated.get(claim.queue)
                 if limit_key is not None and rate is not None:
                     self._count_key_start(claim.queue, limit_key, rate, now)
+            if ahead > 0:
+                # Waiting in the worker: never from a limited queue, whose concurrency
+                # or rate window would count it from its claim, not its start.
+                wanted = self._allowances(
+                    ahead, now, None if queues is None else {q: ahead for q in queues}
+                )
+                unlimited = {
+                    q: n
+                    for q, n in wanted.items()
+                    if q not in self._queues or not self._queues[q].limited
+                }
+                claims += self._claim_some(
+                    owner,
+                    ahead,
+                    now,
+                    lease,
+                    unlimited,
+                    names=names,
+                    process_names=process_names,
+                    started=False,
+                )
+        return claims
+
+    def _claim_some(
+        self,
+        owner: str,
+        limit: int,
+        now: datetime,
+        lease: timedelta,
+        allowed: dict[str, int],
+        *,
+        names: Collection[str] | None,
+        process_names: Collection[str],
+        started: bool = True,
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        skipped: dict[str, list[_ReadyEntry]] = {}
+        #: Limit keys claimed from in this call: one claim takes at most one task of a
+        #: key (the head it found), as the SQL claim's one statement does.
+        keys_taken: set[tuple[str, str]] = set()
+        while len(claims) < limit:
+            heads = [(self._ready[q][0], q) for q, n in allowed.items() if n and self._ready[q]]
+            if not heads:
+                break
+            entry, queue = min(heads)
+            heapq.heappop(self._ready[queue])
+            task = self._live_ready(entry)
+            if task is None:
+                self._stale -= 1
+                continue
+            if (
+                (names is not None and task.name not in names)
+                or task.due_at > now
+                or self._held_back(task)
+                or (task.limit_key is not None and (queue, task.limit_key) in keys_taken)
+            ):
+                # Another name, or made ready by a claim at a later time (its caller
+                # read the clock after this one's): not due at this claim's time.
+                skipped.setdefault(queue, []).append(entry)
+                continue
+            allowed[queue] -= 1
+            if task.limit_key is not None and self._heads.get(key := (queue, task.limit_key)):
+                keys_taken.add(key)
+            if queue in self._starts:
+                self._starts[queue].append(now)
+            claims.append(
+                self._start(task, owner, now, lease, task.name in process_names, started=started)
+            )
+        for queue, entries in skipped.items():
+            for entry in entries:
+                heapq.heappush(self._ready[queue], entry)
         return claims
 
     def heartbeat(
@@ -346,7 +392,11 @@ class MemoryStore:
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
+        if started:
+            self._record_starts(started, now)
         results: list[OutcomeResult] = [None] * len(outcomes)
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             try:
@@ -354,11 +404,31 @@ class MemoryStore:
             except (InvalidTransitionError, UnsupportedOperationError) as e:
                 results[index] = e
         claims = (
-            self.claim(owner, limit, now, lease, names, process_names=process_names, queues=queues)
-            if limit > 0
+            self.claim(
+                owner,
+                limit,
+                now,
+                lease,
+                names,
+                process_names=process_names,
+                queues=queues,
+                ahead=ahead,
+            )
+            if limit > 0 or ahead > 0
             else []
         )
         return results, claims
+
+    def _record_starts(self, started: Sequence[Claim], now: datetime) -> None:
+        with self._lock:
+            for claim in sorted(started, key=lambda c: c.task_id):
+                task = self._valid(claim, claim.owner, now)
+                if task is None or task.started_at is not None or claim.started_at is None:
+                    continue
+                self._put(replace(task, started_at=claim.started_at))
+                events = self._events[task.id]
+                last = max(i for i, e in enumerate(events) if e.state is TaskState.RUNNING)
+                events[last] = replace(events[last], at=claim.started_at)
 
     def _record(self, outcome: Outcome, now: datetime) -> TaskState | None:
         if outcome.error is not None:
@@ -389,7 +459,7 @@ class MemoryStore:
             add_ended(self._totals, claim, TaskState.CANCELLED, now)
             return True
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         released = 0
         with self._lock:
             for claim in claims:
@@ -398,7 +468,7 @@ class MemoryStore:
                     continue
                 released += 1
                 if task.cancel_requested_at is not None:
-                    self._finish(task, TaskState.CANCELLED, now, detail="cancelled at shutdown")
+                    self._finish(task, TaskState.CANCELLED, now, detail=f"cancelled {why}")
                     continue
                 check_transition(task.state, TaskState.PENDING, operator=True)
                 task = self._put(
@@ -413,7 +483,7 @@ class MemoryStore:
                 )
                 self._running.discard(task.id)
                 heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
-                self._event(task, now, f"given back by {claim.owner} at shutdown")
+                self._event(task, now, f"given back by {claim.owner} {why}")
         return released
 
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
@@ -573,6 +643,7 @@ class MemoryStore:
                     counts={state.value: 0 for state in shown},
                     running=0,
                     oldest_waiting_seconds=None,
+                    waiting=0,
                 )
                 for q in self._queues.values()
             }
@@ -582,7 +653,7 @@ class MemoryStore:
                 info = infos[task.queue]
                 info["counts"][task.state.value] += 1
                 if task.state is TaskState.RUNNING:
-                    info["running"] += 1
+                    info["waiting" if task.started_at is None else "running"] += 1
                 elif task.state in CLAIMABLE and task.due_at <= now:
                     waited = (now - task.due_at).total_seconds()
                     oldest = info["oldest_waiting_seconds"]
@@ -679,8 +750,10 @@ class MemoryStore:
     def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
         with self._lock:
             rows = [t for t in self._tasks.values() if query.matches(t)]
-        rows.sort(key=lambda t: (t.created_at, t.id), reverse=True)
-        return rows[: max(limit, 0)]
+        rows.sort(key=lambda t: (t.created_at, t.id), reverse=query.after is None)
+        if query.after is None:
+            return rows[: max(limit, 0)]
+        return rows[: max(limit, 0)][::-1]  # the oldest after the cursor, newest first
 
     def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:
         counts: dict[datetime, list[int]] = {}
@@ -738,7 +811,15 @@ class MemoryStore:
 
     def list_workers(self, now: datetime) -> list[WorkerInfo]:
         with self._lock:
-            workers = [w for w in self._workers.values() if not w.forgotten(now)]
+            held: Counter[tuple[str | None, bool]] = Counter(
+                (t.lease_owner, t.started_at is None)
+                for t in map(self._tasks.__getitem__, self._running)
+            )
+            workers = [
+                replace(w, running=held[w.id, False], waiting=held[w.id, True])
+                for w in self._workers.values()
+                if not w.forgotten(now)
+            ]
         return sorted(workers, key=lambda w: (w.started_at, w.id))
 
     def prune_workers(self, now: datetime) -> int:
@@ -1029,13 +1110,21 @@ class MemoryStore:
         return task
 
     def _start(
-        self, task: TaskRecord, owner: str, now: datetime, lease: timedelta, in_process: bool
+        self,
+        task: TaskRecord,
+        owner: str,
+        now: datetime,
+        lease: timedelta,
+        in_process: bool,
+        *,
+        started: bool = True,
     ) -> Claim:
         check_transition(task.state, TaskState.RUNNING)
         task = self._put(
             replace(
                 task,
                 environment=Environment.PROCESS if in_process else None,
+                started_at=now if started else None,
                 state=TaskState.RUNNING,
                 attempts=task.attempts + 1,
                 fence=task.fence + 1,
@@ -1063,6 +1152,7 @@ class MemoryStore:
             priority=task.priority,
             created_at=task.created_at,
             claimed_at=now,
+            started_at=task.started_at,
         )
 
     def _valid(self, claim: Claim, owner: str, now: datetime) -> TaskRecord | None:

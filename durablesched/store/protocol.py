@@ -251,6 +251,7 @@ class Store(ScheduleStore, Protocol):
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
         """Claim up to ``limit`` claimable tasks due at ``now``, best first: (priority desc,
         due_at, seq), across the queues claimed from.
@@ -266,7 +267,13 @@ class Store(ScheduleStore, Protocol):
         ``process_names`` are marked as running in a child process (their
         cancellation is enforced); the others as running in a thread. Each claim
         carries its task's queue, priority and ``created_at``, and ``claimed_at =
-        now``, the time of the RUNNING line its claim writes in the history.
+        now``, the time of the RUNNING line its claim writes in the history, and
+        ``started_at = now``.
+
+        With ``ahead``, up to ``ahead`` more tasks after those, in the same step and
+        order, only from queues with no stored limit (no concurrency, no rate, not
+        paused), and within ``queues`` if given (up to ``ahead`` of each): claimed
+        ahead, to wait in the worker for a slot, with ``started_at`` None.
         """
         ...
 
@@ -300,6 +307,8 @@ class Store(ScheduleStore, Protocol):
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Record every outcome, then claim up to ``limit`` tasks: a worker's group commit.
 
@@ -315,6 +324,11 @@ class Store(ScheduleStore, Protocol):
         order rows are locked in, so concurrent writers cannot deadlock; so
         children get the same ids on every backend); answers come in the order
         given. The claim is :meth:`claim`'s.
+
+        ``started``: claims ahead whose attempts started (each with its
+        ``started_at``), recorded first: a valid one whose task has no start yet
+        gets ``started_at``, and its RUNNING history line that time (the attempt's
+        start, which timed it).
         """
         ...
 
@@ -329,11 +343,13 @@ class Store(ScheduleStore, Protocol):
         """
         ...
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         """Give back valid claims a stopping worker cannot finish; returns how many.
 
         Each goes back to PENDING, due at once, without counting the attempt;
-        one whose cancellation was requested becomes CANCELLED instead.
+        one whose cancellation was requested becomes CANCELLED instead. ``why``
+        ends the history line ("given back by OWNER at shutdown"; a worker giving
+        back a claim ahead that waited too long says so).
         """
         ...
 
@@ -539,7 +555,8 @@ class Console(Protocol):
 
     def find_tasks(self, query: TaskQuery, limit: int) -> list[TaskRecord]:
         """Up to ``limit`` tasks matching ``query``, newest first: ``(created_at, id)``
-        descending, from just after ``query.before`` if given (keyset pagination)."""
+        descending, from just after ``query.before`` if given (keyset pagination); with
+        ``query.after``, the ``limit`` oldest tasks newer than it, newest first."""
         ...
 
     def minute_counts(self, since: datetime, now: datetime) -> list[MinuteCounts]:

@@ -9,6 +9,8 @@ One module per job, composed by :class:`Worker`:
 - ``environments``: an attempt in a child process;
 - ``threads``: the task threads;
 - ``commit``: the group commit of outcomes, and the claim into freed slots;
+- ``ahead``: the claims held ahead of the slots, and the room each claim takes;
+- ``committer``: the thread that leads the group commits of a worker claiming ahead;
 - ``leases``: heartbeats, lease checks, the reclaim of expired leases;
 - ``presence``: this worker's row in the workers table (registered, removed);
 - ``trouble``: store errors: backoff, one log line per distinct error, giving up;

@@ -87,12 +87,13 @@ class AttemptRunner:
             ctx = TaskContext(claim, self._scheduler, signals)
             definition = self._registry.find(claim.name)
             if definition is not None:
+                # Its timeout counts from its start (ahead.begin), not from its claim.
                 ctx.environment = self.environment_of(definition)
-                if definition.timeout is not None:
-                    ctx.deadline = time.monotonic() + definition.timeout.total_seconds()
             else:  # an unknown one (unknown_tasks="fail") fails without running
                 ctx.environment = Environment.THREAD
-            started.append(Running(claim, ctx, signals, definition))
+            running = Running(claim, ctx, signals, definition)
+            running.waiting = claim.started_at is None and claim.claimed_at is not None
+            started.append(running)
         return started
 
     def run(self, running: Running) -> Outcome | None:  # noqa: PLR0911 - a return per way it ends

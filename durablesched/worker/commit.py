@@ -23,6 +23,7 @@ from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
 from durablesched.tracing import end_attempt, outcome_of
+from durablesched.worker.ahead import Ahead, Room
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.options import WorkerOptions
 from durablesched.worker.slots import Running, Slots, free_slots
@@ -57,8 +58,10 @@ class GroupCommit:
         wakeup: threading.Event,
         trouble: StoreTrouble,
         after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
+        ahead: Ahead | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._ahead = ahead
         self._after_commit = after_commit
         self._registry = registry
         self._slots = slots
@@ -77,20 +80,46 @@ class GroupCommit:
         self.error: StoreError | None = None
         #: Outcomes waiting for the next group commit, with their tasks.
         self._pending: list[tuple[Running, Outcome]] = []
+        #: Claims ahead that started since, to record with the next group commit.
+        self._starts: list[Claim] = []
         self._flush_lock = threading.Lock()
         #: True while run() loops: then a group commit also claims into freed slots.
         self.looping = False
+        #: True while a committer thread leads every group commit (the worker claims
+        #: ahead): a task thread hands its outcome over and goes on at once.
+        self.detached = False
+        #: Notified when an outcome is handed over (the committer waits on it).
+        self.changed = slots.changed
+
+    @property
+    def pending(self) -> bool:
+        """Outcomes or starts wait to be recorded (read with the slots' lock held)."""
+        return bool(self._pending or self._starts)
+
+    def started(self, claim: Claim) -> None:
+        """A claim ahead started (its ``started_at`` set): recorded with the next group
+        commit, the one that records the outcome whose slot it took if it comes in
+        time (``commit_delay``), else on its own."""
+        with self._changed:
+            self._starts.append(claim)
+            if self.detached:
+                self._changed.notify_all()
 
     def hand_over(self, running: Running, outcome: Outcome) -> None:
         """On a task thread: leave the outcome for the next commit; lead that if none is."""
         running.ended = True
+        if self._ahead is not None:
+            self._ahead.ended(time.monotonic() - running.started)
         with self._changed:
             self._pending.append((running, outcome))
+            if self.detached:
+                self._changed.notify_all()  # the committer records it
+                return
             if len(self._pending) >= len(self._active):
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self.drain()
 
-    def drain(self) -> None:
+    def drain(self) -> bool:
         """Group commit: whichever thread gets here first records everything pending.
 
         Others just leave their outcome in the list and go; the leader loops
@@ -99,17 +128,17 @@ class GroupCommit:
         """
         while True:
             with self._lock:
-                if not self._pending:
-                    return
+                if not self._pending and not self._starts:
+                    return True
             if not self._flush_lock.acquire(blocking=False):
-                return  # the leader will see what we left
+                return True  # the leader will see what we left
             try:
-                batch = self._gather()
-                recorded = self._flush(batch) if batch else True
+                batch, starts = self._gather()
+                recorded = self._flush(batch, starts) if batch or starts else True
             finally:
                 self._flush_lock.release()
             if not recorded:
-                return
+                return False
 
     def settled(self) -> bool:
         """Nothing is waiting to be recorded, or being recorded, and the last try worked:
@@ -118,28 +147,50 @@ class GroupCommit:
         with self._lock:
             return not self._pending and not self._flush_lock.locked() and self.error is None
 
-    def _gather(self) -> list[tuple[Running, Outcome]]:
+    def _gather(self) -> tuple[list[tuple[Running, Outcome]], list[Claim]]:
         """Take the pending outcomes, first waiting up to ``commit_delay`` for the tasks
         still running here, so that short tasks share one commit (and one fsync)."""
         deadline = time.monotonic() + self._options.commit_delay
         with self._changed:
-            while len(self._pending) < len(self._active):
+            while len(self._pending) < self._slots.started():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._changed.wait(remaining)
             batch, self._pending = self._pending, []
-        return batch
+            starts, self._starts = self._starts, []
+        return batch, starts
 
-    def _flush(self, batch: list[tuple[Running, Outcome]]) -> bool:
+    def _flush(self, batch: list[tuple[Running, Outcome]], starts: list[Claim]) -> bool:
         """Record ``batch`` and, while looping, claim into the slots it frees: one transaction."""
-        limit, queues = 0, None
+        limit, queues, room = 0, None, None
         if self.looping and not self._stopping.is_set():
-            finishing = {id(running) for running, _ in batch}
-            with self._lock:
-                staying = [r for r in self._active.values() if id(r) not in finishing]
-            limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
+            finishing = frozenset(id(running) for running, _ in batch)
+            if self._ahead is not None:
+                # Reserved: the claim loop cannot claim into the same room meanwhile.
+                room = self._ahead.reserve(leaving=finishing)
+                limit, queues = room.limit, room.queues
+            else:
+                with self._lock:
+                    staying = [r for r in self._active.values() if id(r) not in finishing]
+                limit, queues = free_slots(staying, self._options.concurrency, self._options.queues)
+        try:
+            return self._record(batch, starts, limit, queues, room)
+        finally:
+            if room is not None and self._ahead is not None:
+                self._ahead.settle(room)
+
+    def _record(
+        self,
+        batch: list[tuple[Running, Outcome]],
+        starts: list[Claim],
+        limit: int,
+        queues: dict[str, int] | None,
+        room: Room | None,
+    ) -> bool:
         now = self._scheduler.clock.now()
+        if room is not None and queues is not None and self._options.queues is not None:
+            queues = {q: queues.get(q, 0) for q in self._options.queues}
         try:
             results, claims = self._scheduler.store.record_and_claim(
                 [outcome for _, outcome in batch],
@@ -150,6 +201,8 @@ class GroupCommit:
                 names=self._attempts.claim_names(),
                 process_names=self._attempts.process_names(),
                 queues=queues,
+                ahead=0 if room is None else room.ahead,
+                started=starts,
             )
         except DurableSchedError as e:
             # Kept to retry on the next pass; the leases stay renewed meanwhile.
@@ -158,6 +211,7 @@ class GroupCommit:
             self._trouble.note(error, self._scheduler.clock.now())
             with self._lock:
                 self._pending[:0] = batch
+                self._starts[:0] = starts
                 self.error = error
             self._wakeup.set()
             return False
@@ -186,10 +240,17 @@ class GroupCommit:
         # Only now, and only if a slot is still free: with the freed slots filled
         # again, the claim loop has nothing to do, and waking it would take the
         # interpreter from the running tasks for a pass that claims nothing.
-        if len(self._active) < self._options.concurrency or self._stopping.is_set():
+        if self._free() or self._stopping.is_set():
             self._wakeup.set()
             self._watch.nudge_if_free()
         return True
+
+    def _free(self) -> bool:
+        """A slot is free here: nothing holds it, nor waits for it."""
+        with self._lock:
+            if self._ahead is None:
+                return len(self._active) < self._options.concurrency
+            return sum(1 for r in self._active.values() if not r.ended) < self._options.concurrency
 
     def _tell(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:
         """The ``after_commit`` hook, whose failure is logged: the outcome stands."""

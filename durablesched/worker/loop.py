@@ -3,8 +3,9 @@
 The loop runs on the thread that calls :meth:`Worker.run` (its own,
 ``durablesched-<owner>``, after :meth:`Worker.start`) and sleeps on the
 scheduler's clock until a task is due, a heartbeat or reclaim is, a slot frees
-or another process commits. A worker claims a task only when it has a free
-slot, so nothing sits claimed inside a busy worker while another could run it.
+or another process commits. A worker claims into its free slots and, with
+``ahead``, a few tasks ahead of them: no more than it starts within
+``ahead_window`` at its recent rate (``ahead``'s module says how).
 User code always runs with no lock of ours held; outcomes are written through
 the store, fenced by the claim that started the attempt. :class:`Worker`
 composes the parts that do the work (see the package's docstring).
@@ -20,7 +21,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from durablesched.errors import ConfigurationError, StoreError
+from durablesched.errors import ConfigurationError, DurableSchedError, StoreError
 from durablesched.records import Claim, Environment, ErrorInfo, Outcome
 from durablesched.registry import TaskRegistry
 from durablesched.scheduler import Scheduler
@@ -33,8 +34,10 @@ from durablesched.tracing import (
     start_attempt,
     tracing_hook,
 )
+from durablesched.worker.ahead import Ahead, begin
 from durablesched.worker.attempt import AttemptRunner
 from durablesched.worker.commit import GroupCommit
+from durablesched.worker.committer import Committer
 from durablesched.worker.leases import Leases
 from durablesched.worker.options import WorkerOptions, finite_seconds
 from durablesched.worker.presence import Presence
@@ -58,9 +61,13 @@ class Worker:
     jittered) for up to ``give_up_after`` seconds of the scheduler's clock, then
     :meth:`run` gives up with a StoreError; a damaged database
     (:class:`CorruptDatabase`) or an unusable schema stops it at once.
-    Outcomes are group-committed: the first thread to finish records
-    every outcome pending (waiting up to ``commit_delay`` for the tasks still
-    running here) and, in the same transaction, claims into the freed slots.
+    Outcomes are group-committed: every outcome pending in one transaction
+    (waiting up to ``commit_delay`` for the tasks still running here) that
+    also claims into the freed slots. With ``ahead`` > 0 (the default 8) a
+    committer thread records them, and the worker holds up to ``ahead`` claims
+    beyond its slots, waiting for a slot: no more than it starts within
+    ``ahead_window`` seconds at its recent rate, never from a queue with a
+    stored limit. ``ahead=0`` claims only into free slots (docs/design.md).
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
@@ -100,6 +107,8 @@ class Worker:
         queues: Mapping[str, int] | None = None,
         after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
         unknown_tasks: str = "skip",
+        ahead: int = 8,
+        ahead_window: float = 0.05,
     ) -> None:
         if scheduler.registry is None:
             raise ConfigurationError("a worker needs a scheduler with a task registry")
@@ -122,6 +131,8 @@ class Worker:
             cancel_grace=cancel_grace,
             queues=queues,
             unknown_tasks=unknown_tasks,
+            ahead=ahead,
+            ahead_window=ahead_window,
         )
         self.scheduler = scheduler
         self.registry: TaskRegistry = scheduler.registry
@@ -135,6 +146,7 @@ class Worker:
         self._watch = ChangeWatch(slots, options.concurrency, self._wakeup)
         self._presence = Presence(scheduler, options)
         self._leases = Leases(scheduler, slots, options, attempts.retry_delay, self._presence)
+        self._ahead = Ahead(slots, options)
         self._commit = GroupCommit(
             scheduler,
             self.registry,
@@ -147,7 +159,9 @@ class Worker:
             wakeup=self._wakeup,
             trouble=self._trouble,
             after_commit=after_commit,
+            ahead=self._ahead if options.ahead else None,
         )
+        self._committer = Committer(self._commit, f"durablesched-commit-{options.owner}")
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
         self._schedules = ScheduleStep(scheduler, self.registry)
@@ -165,9 +179,24 @@ class Worker:
         if now is None:
             now = self.scheduler.clock.now()
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
+        if self._ahead.count:
+            self._settle_waiting(now)
         if self._stopping.is_set():
             return 0
         self._schedules.run_once(now)
+        if self._options.ahead:
+            room = self._ahead.reserve()
+            try:
+                if room.total <= 0:
+                    return 0
+                queues = room.queues
+                if queues is not None and self._options.queues is not None:
+                    queues = {q: queues.get(q, 0) for q in self._options.queues}
+                claims = self._claim(room.limit, now, queues, ahead=room.ahead)
+                self._launch(claims)
+            finally:
+                self._ahead.settle(room)
+            return len(claims)
         with self._slots.lock:
             running = list(self._slots.active.values())
         free, queues = free_slots(running, self._options.concurrency, self._options.queues)
@@ -229,6 +258,8 @@ class Worker:
         if self._pool is None:
             self._pool = TaskThreads(self._options.concurrency)
         self._commit.looping = True
+        if self._options.ahead:
+            self._committer.start()
         clock = self.scheduler.clock
         try:
             while not stop_event.is_set() and not self._stopping.is_set():
@@ -262,9 +293,11 @@ class Worker:
                 clock.wait(self._wakeup, self._next_wake_time(now, next_claim))
         finally:
             self._commit.looping = False
+            self._committer.stop()
             unsubscribe()
             self._watch.close()
             if self._stopping.is_set():
+                self._release_waiting()
                 self._tell_shutdown()
             if not self.active_count:
                 # Nothing left to finish: gone from the workers table now (with tasks
@@ -294,6 +327,7 @@ class Worker:
         (the CLI counts down with it).
         """
         self.request_stop()
+        given_back = self._release_waiting()
         self._tell_shutdown()
         deadline = time.monotonic() + grace
         step = min(1.0, self._options.heartbeat_interval.total_seconds())
@@ -320,7 +354,7 @@ class Worker:
             self._pool.shutdown(wait=not unfinished)
             self._pool = None
         self._presence.deregister()
-        return released + self._attempts.given_back
+        return released + given_back + self._attempts.given_back
 
     def start(self) -> threading.Thread:
         """Run the loop in a background thread, registered in the workers table before
@@ -339,6 +373,7 @@ class Worker:
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop claiming, let running tasks finish, and return True once all have ended."""
         self.request_stop()
+        self._release_waiting()
         self._tell_shutdown()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -362,13 +397,19 @@ class Worker:
 
     @property
     def active_count(self) -> int:
+        """How many tasks this worker holds: running, or claimed ahead and waiting."""
         with self._slots.lock:
             return len(self._slots.active)
+
+    @property
+    def waiting_count(self) -> int:
+        """How many of them are claimed ahead, waiting here for a slot."""
+        return self._ahead.count
 
     # -- internals --------------------------------------------------------------------------
 
     def _claim(
-        self, limit: int, now: datetime, queues: Mapping[str, int] | None = None
+        self, limit: int, now: datetime, queues: Mapping[str, int] | None = None, ahead: int = 0
     ) -> list[Claim]:
         if queues is None and self._options.queues is not None:
             queues = {q: min(n, limit) for q, n in self._options.queues.items()}
@@ -380,6 +421,7 @@ class Worker:
             self._attempts.claim_names(),
             process_names=self._attempts.process_names(),
             queues=queues,
+            ahead=ahead,
         )
 
     def _register(self, claim: Claim) -> Running:
@@ -395,15 +437,80 @@ class Worker:
     def _launch(self, claims: list[Claim]) -> None:
         if not claims:
             return
-        started = self._register_all(claims)
+        held = self._register_all(claims)
         if self._pool is None:
             # run_once() called outside run(): use a pool of our own, made once.
             self._pool = TaskThreads(self._options.concurrency)
-        for running in started:
-            self._pool.submit(self._execute, running)
+        waiting = [running for running in held if running.waiting]
+        if waiting:
+            self._ahead.hold(waiting)
+        for running in held:
+            if not running.waiting:
+                self._pool.submit(self._execute, running)
 
-    def _execute(self, running: Running) -> None:
+    def _execute(self, running: Running | None) -> None:
+        """On a task thread: run attempts, the one handed over and then the claims ahead
+        waiting here (in claim order), until none may start."""
+        while running is not None:
+            self._execute_one(running)
+            running = self._next_waiting()
+
+    def _next_waiting(self) -> Running | None:
+        """A claim ahead to start on this thread, now that its attempt ended, or None."""
+        if not self._ahead.count or self._stopping.is_set():
+            return None
+        running = self._ahead.take(self.scheduler.clock.now())
+        if running is not None:
+            self._commit.started(running.claim)
+            self._slots.mark_started()
+        return running
+
+    def _settle_waiting(self, now: datetime) -> None:
+        """The loop's pass over the claims ahead: a cancelled one is acknowledged (it never
+        starts), a lost one forgotten, one that waited too long given back for any worker;
+        the rest start if slots are free."""
+        for stopped in self._ahead.take_stopped():
+            if stopped.signals.lease_lost:
+                self._commit.forget([stopped])
+            else:
+                log.info(
+                    "cancel: task %s (%s) claimed ahead, acknowledged without starting",
+                    stopped.claim.task_id,
+                    stopped.claim.name,
+                )
+                self._commit.hand_over(stopped, Outcome(stopped.claim, cancelled=True))
+        stale = self._ahead.take_stale(self._ahead.stale_after)
+        if stale:
+            self._give_back(stale, now, why="unstarted: claimed ahead, it waited past the window")
+        while self._pool is not None:
+            starting = self._next_waiting()
+            if starting is None:
+                break
+            self._pool.submit(self._execute, starting)
+
+    def _release_waiting(self) -> int:
+        """The worker stops: every claim ahead goes back at once, no attempt counted."""
+        waiting = self._ahead.take_all()
+        if not waiting:
+            return 0
+        return self._give_back(waiting, self.scheduler.clock.now())
+
+    def _give_back(self, waiting: list[Running], now: datetime, *, why: str = "at shutdown") -> int:
+        try:
+            released = self.scheduler.store.release([r.claim for r in waiting], now, why=why)
+        except DurableSchedError as e:
+            # Their leases lapse and a reclaim takes them back (counted, as after a crash).
+            log.error("could not give back %d task(s) claimed ahead: %s", len(waiting), e)
+            released = 0
+        for running in waiting:
+            running.signals.mark_lease_lost()
+        self._commit.forget(waiting)
+        return released
+
+    def _execute_one(self, running: Running) -> None:
         """On a task thread: run user code (no lock held), then hand the outcome over."""
+        running.started = time.monotonic()
+        begin(running)  # its timeout counts from here
         claim = running.claim
         log.info("start: task %s (%s) attempt %s", claim.task_id, claim.name, claim.attempt)
         tracer = tracing_hook.tracer
@@ -495,6 +602,9 @@ class Worker:
             times.append(self._watch.early_heartbeat_at(now))
         if self._leases.next_reclaim is not None:
             times.append(self._leases.next_reclaim)
+        if self._ahead.count:
+            # A claim ahead that waits too long is given back (Ahead.take_stale).
+            times.append(now + timedelta(seconds=self._ahead.stale_after))
         if self._schedules.next_fire is not None:
             times.append(self._schedules.next_fire)
         return min(times, default=None)
@@ -538,6 +648,15 @@ class Worker:
     def queues(self) -> Mapping[str, int] | None:
         """The queues served with their slots, or None: every queue."""
         return self._options.queues
+
+    @property
+    def ahead(self) -> int:
+        """At most how many claims beyond its slots this worker holds (0: none)."""
+        return self._options.ahead
+
+    @property
+    def ahead_window(self) -> float:
+        return self._options.ahead_window
 
     @property
     def environment(self) -> Environment:

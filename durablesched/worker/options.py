@@ -57,6 +57,12 @@ class WorkerOptions:
     #: What to do with a task whose name the registry lacks: "skip" (never claim
     #: it: another worker may run it) or "fail" (claim it and fail it at once).
     unknown_tasks: str = "skip"
+    #: At most how many claims beyond its slots the worker holds, waiting for a slot
+    #: (0: a claim only into a free slot).
+    ahead: int = 0
+    #: The seconds of starts at its recent rate that the claims ahead may cover: a
+    #: worker claims ahead only what it will start this soon (docs/performance.md).
+    ahead_window: float = 0.05
 
     @classmethod
     def checked(
@@ -74,6 +80,8 @@ class WorkerOptions:
         cancel_grace: float,
         queues: Mapping[str, int] | None = None,
         unknown_tasks: str = "skip",
+        ahead: int = 0,
+        ahead_window: float = 0.05,
     ) -> WorkerOptions:
         """The options as given to ``Worker``, defaulted, or a ConfigurationError."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -93,7 +101,15 @@ class WorkerOptions:
             environment=parse_environment(environment),
             cancel_grace=_cancel_grace(cancel_grace),
             unknown_tasks=_unknown_tasks(unknown_tasks),
+            ahead=_ahead(ahead),
+            ahead_window=finite_seconds(ahead_window, "ahead_window"),
         )
+
+
+def _ahead(ahead: int) -> int:
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or not 0 <= ahead <= 10_000:
+        raise ConfigurationError(f"ahead must be an integer from 0 to 10000, got {ahead!r}")
+    return ahead
 
 
 def _heartbeat_interval(interval: timedelta | float | None, lease: timedelta) -> timedelta:

@@ -23,7 +23,8 @@ from durablesched.tracing import AttemptTrace
 
 @dataclass(slots=True)
 class Running:
-    """One attempt running here, from its claim until its outcome is committed."""
+    """One attempt held here, from its claim until its outcome is committed: running, or
+    waiting for a slot (claimed ahead) until the worker starts it."""
 
     claim: Claim
     context: TaskContext
@@ -40,6 +41,8 @@ class Running:
     given_back: bool = False
     #: Its trace, when a tracer is installed (docs/tracing.md): ended with its outcome.
     trace: AttemptTrace | None = None
+    #: Claimed ahead and not started yet: it waits in the worker for a slot.
+    waiting: bool = False
 
 
 class Slots:
@@ -100,11 +103,21 @@ class Slots:
         """Block until at least ``count`` attempts run here (True) or ``timeout`` seconds pass."""
         deadline = time.monotonic() + timeout
         with self.changed:
-            while len(self.active) < count:
+            while self.started() < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self.changed.wait(remaining):
-                    return len(self.active) >= count
+                    return self.started() >= count
             return True
+
+    def started(self) -> int:
+        """How many held attempts have started (call with the lock held): claims ahead
+        waiting for a slot are not counted."""
+        return sum(1 for r in self.active.values() if not r.waiting)
+
+    def mark_started(self) -> None:
+        """A waiting claim started: wake whoever waits for attempts to run."""
+        with self.changed:
+            self.changed.notify_all()
 
 
 def free_slots(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durablesched import ErrorInfo, InvalidTransitionError, TaskNotFoundError, TaskState
-from durablesched.records import MinuteCounts, NewTask, TaskQuery
+from durablesched.records import OLDEST, MinuteCounts, NewTask, TaskQuery
 from durablesched.schedules.declaration import schedule
 from durablesched.store.protocol import Console
 
@@ -80,6 +80,35 @@ def test_pages_follow_the_keyset_cursor_through_equal_times(store: BackendStore)
     newest = store.find_tasks(TaskQuery(name="mail"), 1)[0]
     after = TaskQuery(name="mail", before=(newest.created_at, newest.id))
     assert [t.id for t in store.find_tasks(after, 5)] == [ids[1], ids[0]]
+
+
+def test_pages_go_back_towards_the_newest_and_start_from_the_oldest(
+    store: BackendStore,
+) -> None:
+    ids = _submit(store)
+    # The last page, read from the oldest end: the oldest tasks, newest first.
+    assert [t.id for t in store.find_tasks(TaskQuery(after=OLDEST), 2)] == [ids[1], ids[0]]
+    seen: list[int] = []
+    query = TaskQuery(after=OLDEST)
+    while page := store.find_tasks(query, 2):
+        assert [(t.created_at, t.id) for t in page] == sorted(
+            ((t.created_at, t.id) for t in page), reverse=True
+        )
+        seen = [t.id for t in page] + seen
+        query = TaskQuery(after=(page[0].created_at, page[0].id))
+    assert seen == ids[::-1]
+    # Both cursors: what lies between them, the oldest first taken.
+    first, last = store.get(ids[0]), store.get(ids[-1])
+    assert first is not None and last is not None
+    both = TaskQuery(after=(first.created_at, first.id), before=(last.created_at, last.id))
+    assert [t.id for t in store.find_tasks(both, 100)] == ids[-2:0:-1]
+    assert [t.id for t in store.find_tasks(both, 1)] == [ids[1]]
+    # With a filter: a state of ix_tasks_state_created's, and SUCCEEDED (none of its own).
+    pending = [t.id for t in store.find_tasks(TaskQuery(state=TaskState.PENDING), 100)]
+    done = TaskQuery(state=TaskState.SUCCEEDED, after=OLDEST)
+    assert [t.id for t in store.find_tasks(done, 100)] == [i for i in ids if i not in pending]
+    oldest_pending = store.find_tasks(TaskQuery(state=TaskState.PENDING, after=OLDEST), 2)
+    assert [t.id for t in oldest_pending] == pending[-2:]
 
 
 def test_minute_counts_count_ended_attempts_per_minute(store: BackendStore) -> None:

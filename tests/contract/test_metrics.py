@@ -108,6 +108,7 @@ def test_the_types_are_prometheus_types(store: BackendStore) -> None:
         "durablesched_queue_oldest_waiting_seconds": "gauge",
         "durablesched_queue_paused": "gauge",
         "durablesched_queue_keys_at_limit": "gauge",
+        "durablesched_tasks_claimed_ahead": "gauge",
         "durablesched_attempts": "counter",
         "durablesched_attempt_duration_seconds": "histogram",
         "durablesched_workers_alive": "gauge",

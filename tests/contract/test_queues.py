@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from durablesched import InvalidTaskError, QueueLimits, Rate, Scheduler, TaskRegistry, TaskState
-from durablesched.records import NewTask
+from durablesched.records import NewTask, Outcome
 
 from ..conftest import T0, BackendStore, at
 
@@ -226,3 +226,42 @@ def test_queue_info_without_finished_counts_the_live_states_only(store: BackendS
         k: v for k, v in live.items() if k != "counts"
     }
     assert waiting != done
+
+
+def test_a_claim_ahead_comes_after_the_claim_and_never_from_a_limited_queue(
+    store: BackendStore,
+) -> None:
+    """``ahead`` claims wait in a worker: their start is not their claim, so a queue
+    with a concurrency or rate limit (or paused) gives none ahead, only into slots.
+    Fails with the unlimited-only filter dropped from the claim ahead."""
+    store.put_queue(QueueLimits("capped", concurrency=5), T0)
+    store.put_queue(QueueLimits("rated", rate=Rate.parse("100/s")), T0)
+    capped = ids_of(store, [new(queue="capped", priority=9) for _ in range(3)])
+    rated = ids_of(store, [new(queue="rated", priority=8) for _ in range(3)])
+    free = ids_of(store, [new(priority=i) for i in range(3)])
+    claims = store.claim("w", 1, at(20), LEASE, ahead=5)
+    # The one slot: the best task; then ahead, only the unlimited queue's, best first.
+    assert [c.task_id for c in claims] == [capped[0], free[2], free[1], free[0]]
+    assert [c.started_at for c in claims] == [at(20), None, None, None]
+    assert all(c.claimed_at == at(20) for c in claims)
+    rated_task = store.get(rated[0])
+    assert rated_task is not None and rated_task.state is TaskState.PENDING
+    # With a worker's queues: ahead only from those asked for (up to ``ahead`` of each).
+    more = ids_of(store, [new(queue="mail") for _ in range(3)])
+    claims = store.claim("w", 0, at(20), LEASE, queues={"mail": 0, "rated": 0}, ahead=2)
+    assert [(c.task_id, c.started_at) for c in claims] == [(more[0], None), (more[1], None)]
+
+
+def test_a_group_commit_claims_ahead_in_its_transaction(store: BackendStore) -> None:
+    first, *rest = ids_of(store, [new() for _ in range(4)])
+    (claim,) = store.claim("w", 1, at(20), LEASE)
+    results, claims = store.record_and_claim(
+        [Outcome(claim, result=1)], at(21), owner="w", limit=1, lease=LEASE, ahead=2
+    )
+    assert results == [TaskState.SUCCEEDED]
+    assert [(c.task_id, c.started_at) for c in claims] == [
+        (rest[0], at(21)),
+        (rest[1], None),
+        (rest[2], None),
+    ]
+    assert claim.task_id == first

@@ -3,9 +3,11 @@ forgotten a day later, removed at a clean exit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
-from durablesched.records import WORKER_FORGET_AFTER, NewTask, WorkerInfo
+from durablesched import TaskState
+from durablesched.records import WORKER_FORGET_AFTER, NewTask, Outcome, WorkerInfo
 
 from ..conftest import T0, BackendStore, at
 
@@ -108,3 +110,39 @@ def test_a_registration_prunes_forgotten_workers(store: BackendStore) -> None:
     store.register_worker(info("new", started=0, last_seen=now), now)
     assert store.deregister_worker("dead") is False
     assert [w.id for w in store.list_workers(now)] == ["new"]
+
+
+def test_claims_ahead_are_told_from_started_ones_until_their_start_is_recorded(
+    store: BackendStore,
+) -> None:
+    """A claim ahead is RUNNING with no start (the task's ``started_at`` None; the
+    worker's and the queue's ``waiting``) until a group commit records its start: then
+    ``started_at`` and its claim's history line carry the real start, not the claim.
+    Fails with the start marks left out of record_and_claim, or the history line not
+    moved."""
+    store.register_worker(info("w"), at(10))
+    store.submit([NewTask("t", {}, at(10), 3) for _ in range(3)], T0)
+    first, *ahead = store.claim("w", 1, at(20), LEASE, ahead=2)
+    assert first.started_at == at(20) and [c.started_at for c in ahead] == [None, None]
+    assert [store.get(c.task_id).started_at for c in (first, *ahead)] == [at(20), None, None]  # type: ignore[union-attr]
+    (listed,) = store.list_workers(at(21))
+    assert (listed.running, listed.waiting) == (1, 2)
+    (queue,) = [q for q in store.queue_info(at(21)) if q["name"] == "default"]
+    assert (queue["counts"]["RUNNING"], queue["running"], queue["waiting"]) == (3, 1, 2)
+    # The first ends; the next claim ahead started at 22, recorded with its outcome.
+    started = replace(ahead[0], started_at=at(22))
+    results, _ = store.record_and_claim(
+        [Outcome(first, result=1)], at(23), owner="w", limit=0, lease=LEASE, started=[started]
+    )
+    assert results == [TaskState.SUCCEEDED]
+    task = store.get(started.task_id)
+    assert task is not None and (task.state, task.started_at) == (TaskState.RUNNING, at(22))
+    (line,) = [e for e in store.history(started.task_id) if e.state is TaskState.RUNNING]
+    assert line.at == at(22)  # the attempt's start, not its claim at 20
+    (listed,) = store.list_workers(at(23))
+    assert (listed.running, listed.waiting) == (1, 1)
+    # Recorded once: a second mark (or one of a claim no longer valid) changes nothing.
+    store.record_and_claim(
+        [], at(24), owner="w", limit=0, lease=LEASE, started=[replace(started, started_at=at(24))]
+    )
+    assert store.get(started.task_id).started_at == at(22)  # type: ignore[union-attr]

@@ -158,3 +158,17 @@ def test_the_token_from_a_file_or_the_environment(
     monkeypatch.setenv("DURABLESCHED_DASHBOARD_TOKEN", "x")
     assert main([*base, "--host", "0.0.0.0"]) == 2  # noqa: S104 - refused: too weak
     assert "too weak" in capsys.readouterr().err
+
+
+def test_a_mistyped_db_is_one_line_not_a_new_empty_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str
+) -> None:
+    typo = tmp_path / "tpyo.db"
+    for extra in ([], ["--read-only"]):
+        assert main(["dashboard", "--db", str(typo), "--port", str(free_port()), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err == f"durablesched: error: no such database: {typo}\n", err
+        assert not typo.exists()
+    # A PostgreSQL database without the schema: refused too, and nothing created in it.
+    assert main(["dashboard", "--db", pg_url, "--port", str(free_port())]) == 2
+    assert "has no durablesched schema" in capsys.readouterr().err

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import html
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from durablesched import TaskState, WorkerInfo
 from durablesched.dashboard import create_app
 from durablesched.dashboard.filters import PAGE_SIZE
 from durablesched.dashboard.security import CSP
-from durablesched.records import NewTask
+from durablesched.records import NewTask, TaskQuery
 
 from ..conftest import T0
 from .conftest import LEASE, LOCAL, Dash, failed_task
@@ -240,3 +241,46 @@ def test_a_500_carries_the_security_headers_and_no_traceback(dash: Dash) -> None
     assert answer.headers["x-frame-options"] == "DENY"
     assert answer.headers["cache-control"] == "no-store"
     assert "went away" not in answer.text and "Traceback" not in answer.text
+
+
+def test_a_task_claimed_ahead_is_told_from_a_running_one(dash: Dash) -> None:
+    """Waiting in its worker for a slot: said on its page, the queues and overview
+    pages, and the worker's row (claimed ahead, not running)."""
+    dash.store.register_worker(WorkerInfo("w9", "box", 42, None, 1, "0.1.0", T0, T0, LEASE), T0)
+    first = dash.scheduler.submit("job", {})
+    waiting = dash.scheduler.submit("job", {})
+    claims = dash.store.claim("w9", 1, dash.clock.now(), LEASE, ahead=1)
+    assert [(c.task_id, c.started_at is None) for c in claims] == [(first, False), (waiting, True)]
+    page = dash.client.get(f"/tasks/{waiting}").text
+    assert 'id="claimed-ahead"' in page and "waiting in w9 for a slot" in page
+    assert 'id="claimed-ahead"' not in dash.client.get(f"/tasks/{first}").text
+    for path in ("/", "/queues"):
+        assert "+1 claimed ahead" in dash.client.get(path).text
+    workers = dash.client.get("/workers").text
+    assert '<td class="num">1</td>\n<td class="num">1</td>' in workers  # running, ahead
+
+
+def test_the_list_pages_both_ways_and_opens_at_its_oldest_end(dash: Dash) -> None:
+    dash.store.submit([NewTask("bulk", {"i": i}, T0, 1) for i in range(PAGE_SIZE + 5)], T0)
+    every = [t.id for t in dash.store.find_tasks(TaskQuery(), 1000)]
+
+    def shown(page: str) -> list[int]:
+        return [int(i) for i in re.findall(r'name="ids" value="(\d+)"', page)]
+
+    def links(page: str) -> dict[str, str]:
+        found = re.findall(r'<a href="(/tasks\?[^"]*)"[^>]*>(newest|newer|older|oldest)</a>', page)
+        return {label: html.unescape(href) for href, label in found}
+
+    for query in ("", "state=PENDING&"):
+        first = dash.client.get(f"/tasks?{query}").text
+        assert shown(first) == every[:PAGE_SIZE]
+        assert set(links(first)) == {"older", "oldest"}
+        oldest = dash.client.get(links(first)["oldest"]).text
+        assert shown(oldest) == every[-PAGE_SIZE:]  # the oldest, newest first
+        assert set(links(oldest)) == {"newest", "newer"}
+        newer = dash.client.get(links(oldest)["newer"]).text
+        assert shown(newer) == every[:5]
+        assert set(links(newer)) == {"older", "oldest"}
+        older = dash.client.get(links(newer)["older"]).text
+        assert shown(older) == every[5:]
+        assert query in links(older)["newer"]  # the filter stays

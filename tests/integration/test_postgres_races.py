@@ -24,7 +24,6 @@ from durablesched.records import Claim, NewTask, Outcome
 from durablesched.schedules import firing, sync
 from durablesched.schedules.declaration import schedule
 from durablesched.store.sql import claiming, scheduling
-from durablesched.store.sql import store as sql_store
 from durablesched.store.sql.postgres import PostgresStore
 
 from ..conftest import T0, WAIT, at
@@ -115,14 +114,14 @@ def test_concurrent_claims_skip_each_others_rows_and_never_claim_one_twice(
     a, b = stores
     ids = [s.task_id for s in a.submit([NewTask("t", {}, at(10), 3, None)] * 4, T0)]
     gate = Gate()
-    claim_rows = claiming.claim_rows  # as store.py imported it
+    claim_rows = claiming.claim_rows  # as claim_with_ahead calls it
 
     def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
         rows = claim_rows(*args, **kwargs)
         gate()  # the first claim's rows are locked, its transaction still open
         return rows
 
-    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
     first = Run(lambda: a.claim("a", 2, at(10), LEASE))
     assert gate.reached.wait(WAIT)
     second = Run(lambda: b.claim("b", 2, at(10), LEASE))
@@ -306,13 +305,13 @@ def test_a_key_freed_while_its_next_task_is_submitted_gets_a_head(
     (first,) = [s.task_id for s in a.submit(keyed(1), T0)]
     (claim,) = a.claim("a", 1, at(10), LEASE)
     gate = Gate()
-    claim_rows = claiming.claim_rows  # as store.py imported it
+    claim_rows = claiming.claim_rows  # as claim_with_ahead calls it
 
     def recorded_then_held(*args: Any, **kwargs: Any) -> list[Any]:
         gate()  # the outcome is written (its trigger ran), its transaction still open
         return claim_rows(*args, **kwargs)
 
-    monkeypatch.setattr(sql_store, "claim_rows", recorded_then_held)
+    monkeypatch.setattr(claiming, "claim_rows", recorded_then_held)
 
     done = Run(
         lambda: a.record_and_claim([Outcome(claim)], at(11), owner="a", limit=1, lease=LEASE)
@@ -347,7 +346,7 @@ def test_two_hosts_claiming_one_key_at_once_start_one(
         gate()  # the first claim took k's head, its transaction still open
         return rows
 
-    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
     first = Run(lambda: a.claim("a", 1, at(10), LEASE))
     assert gate.reached.wait(WAIT)
     second = Run(lambda: b.claim("b", 4, at(10), LEASE))
@@ -381,7 +380,7 @@ def test_a_debounced_submit_while_its_task_is_claimed_makes_a_new_task(
         gate()  # the task is RUNNING in the claim's open transaction
         return rows
 
-    monkeypatch.setattr(sql_store, "claim_rows", claimed_then_held)
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
     claimed = Run(lambda: a.claim("a", 1, at(10), LEASE))
     assert gate.reached.wait(WAIT)
     submitted = Run(lambda: b.submit([debounced(2)], at(11)))

@@ -88,6 +88,7 @@ def test_claim_plan_uses_the_partial_index_without_scan_or_sort(
         owner="w",
         lease_expires_at=to_db_time(at(100)),
         now=to_db_time(at(30)),
+        started=None,
         limit=8,
         n0="t1",
         n1="t2",

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.processes
 SOAK = os.environ.get("DURABLESCHED_SOAK", "") not in ("", "0")
 TASKS = 10_000 if SOAK else 2_000
 WORKERS = 4
+#: Claims ahead on, whatever the recent rate: SIGKILL finds tasks waiting in workers too
+#: (reclaimed after their lease, as running ones are).
+AHEAD = ("--ahead", "8", "--ahead-window", "10")
 
 
 def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
@@ -31,21 +34,26 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
     ids = scheduler.submit_many("chaos", [{"n": n, "fail": n in fails} for n in range(TASKS)])
     n_of = {task_id: n for n, task_id in enumerate(ids)}
     started = time.monotonic()
-    live = [workers.start(concurrency=4, lease=1) for _ in range(WORKERS)]
+    live = [workers.start(*AHEAD, concurrency=4, lease=1) for _ in range(WORKERS)]
     kills = 0
 
     def finished() -> int:
         return count(db, "state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
 
+    def waiting() -> int:
+        return count(db, "state = 'RUNNING' AND started_at IS NULL")
+
     deadline = time.monotonic() + 240
+    ahead_seen = 0  # kills with claims ahead held somewhere, waiting for a slot
     while finished() < TASKS:
         assert time.monotonic() < deadline, f"only {finished()} of {TASKS} finished"
+        ahead_seen += waiting() > 0
         victim = live.pop(rng.randrange(len(live)))
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
         kills += 1
         before = finished()
-        replacement = workers.start(concurrency=4, lease=1)
+        replacement = workers.start(*AHEAD, concurrency=4, lease=1)
         live.append(replacement)
         # The next kill waits for an observable event, not for time: the queue has
         # moved on by a few tasks (a starting replacement may be the next victim).
@@ -63,6 +71,7 @@ def test_chaos_kills_lose_nothing_and_repeat_no_database_effect(
         f"{duplicates} duplicate external effects, {wall:.1f}s wall time"
     )
     assert kills >= 3
+    assert ahead_seen >= 1, "no kill found a claim ahead held: claim-ahead was not exercised"
 
 
 def reached(counter: Callable[[], int], target: int) -> Callable[[], bool]:

@@ -106,6 +106,7 @@ from durablesched import (
 )
 from durablesched.attempts import attempts_from_history
 from durablesched.records import (
+    OLDEST,
     TASK_KEY_PREFIX,
     WORKER_FORGET_AFTER,
     Claim,
@@ -617,6 +618,7 @@ class StoresAgree(RuleBasedStateMachine):
         in_process=st.sampled_from([(), ("a",), ("a", "c")]),
         queues=st.sampled_from(QUEUE_ASKS),
         behind=st.sampled_from([0, 0, 0, 1, 5, 12]),
+        ahead=st.sampled_from([0, 0, 1, 3]),
     )
     def claim(  # noqa: PLR0917 - one rule's drawn arguments
         self,
@@ -626,6 +628,7 @@ class StoresAgree(RuleBasedStateMachine):
         in_process: tuple[str, ...],
         queues: dict[str, int] | None,
         behind: int,
+        ahead: int,
     ) -> None:
         """A claim at the clock's time, or seconds behind it: a worker that read its
         clock and then waited for the write lock while others claimed (the rate
@@ -635,9 +638,17 @@ class StoresAgree(RuleBasedStateMachine):
         running = self.running_by_queue()
         keys_running = self.keys_running()
         claims = self.both(
-            "claim", owner, limit, now, LEASE, names, process_names=in_process, queues=queues
+            "claim",
+            owner,
+            limit,
+            now,
+            LEASE,
+            names,
+            process_names=in_process,
+            queues=queues,
+            ahead=ahead,
         )
-        self.check_claims(claims, limit, names, queues, running, now=now)
+        self.check_claims(claims, limit, names, queues, running, now=now, ahead=ahead)
         self.check_keys(claims, keys_running)
 
     def keys_running(self) -> dict[tuple[str, str], int]:
@@ -677,13 +688,26 @@ class StoresAgree(RuleBasedStateMachine):
         running: dict[str, int] | None = None,
         *,
         now: datetime | None = None,
+        ahead: int = 0,
     ) -> None:
         now = now or self.now()
         tasks = {t.id: t for t in self.memory.list_tasks(limit=1_000_000)}
+        limits = {q.name: q for q in self.memory.queue_limits()}
+        waiting = [c for c in claims if c.started_at is None]
+        assert claims[len(claims) - len(waiting) :] == waiting, "a claim ahead before a start"
+        assert len(waiting) <= ahead, "more claimed ahead than asked"
+        for c in waiting:
+            assert not limits[c.queue].limited, "claimed ahead from a limited queue"
+            if queues is not None:
+                assert c.queue in queues, "claimed ahead from a queue not asked"
+        ahead_keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in waiting]
+        assert ahead_keys == sorted(ahead_keys), "claims ahead out of order"
+        self.held.extend(waiting)
+        claims = claims[: len(claims) - len(waiting)]
+        assert all(c.started_at == c.claimed_at for c in claims), "a started claim's start"
         keys = [(-tasks[c.task_id].priority, c.due_at, c.seq) for c in claims]
         assert keys == sorted(keys), "claims out of (priority desc, due_at, seq) order"
         assert len(claims) <= limit
-        limits = {q.name: q for q in self.memory.queue_limits()}
         taken: dict[str, int] = {}
         for c in claims:
             assert c.due_at <= now, "claimed before its due time"
@@ -774,7 +798,9 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         self.op = "release"
-        self.both("release", self.some_claims(data, data.draw(st.sampled_from(OWNERS))), self.now())
+        why = data.draw(st.sampled_from(["at shutdown", "unstarted"]), label="why")
+        claims = self.some_claims(data, data.draw(st.sampled_from(OWNERS)))
+        self.both("release", claims, self.now(), why=why)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), kind=st.sampled_from(["complete", "fail", "ack", "release", "group"]))
@@ -866,6 +892,15 @@ class StoresAgree(RuleBasedStateMachine):
             "names": names,
             "process_names": in_process,
             "queues": queues,
+            "ahead": data.draw(st.sampled_from([0, 0, 2]), label="ahead"),
+            # Claims ahead started since (and some other claims): their starts first.
+            "started": [
+                replace(c, started_at=now)
+                for c in data.draw(
+                    st.lists(st.sampled_from(self.held), max_size=3) if self.held else st.just([]),
+                    label="started",
+                )
+            ],
         }
         model_results, model_claims = self.memory.record_and_claim(model_outcomes, now, **extra)
         sql_results, sql_claims = self.sql.record_and_claim(outcomes, now, **extra)
@@ -882,7 +917,7 @@ class StoresAgree(RuleBasedStateMachine):
                 ran.append(claim.task_id)
         self.effects.extend(sorted(ran))
         assert model_claims == sql_claims
-        self.check_claims(model_claims, limit, names, queues)
+        self.check_claims(model_claims, limit, names, queues, ahead=extra["ahead"])
 
     def valid_at_turn(self, outcomes: Sequence[Outcome], kinds: Sequence[str]) -> list[bool]:
         """Whether each outcome's claim is valid when its turn comes (task id order), and
@@ -1009,12 +1044,15 @@ class StoresAgree(RuleBasedStateMachine):
         now = self.now()
         ago = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created from")
         until = data.draw(st.one_of(st.none(), st.integers(-5, 120)), label="created until")
-        before = None
-        if data.draw(st.booleans(), label="cursor"):
-            task = self.memory.get(self.task_id(data))
-            shift = timedelta(seconds=data.draw(st.sampled_from([0, 0, 1, -1]), label="shift"))
-            if task is not None:
-                before = (task.created_at + shift, task.id)
+        cursors: dict[str, tuple[datetime, int] | None] = {"before": None, "after": None}
+        for way in cursors:
+            if data.draw(st.booleans(), label=f"cursor {way}"):
+                task = self.memory.get(self.task_id(data))
+                shift = data.draw(st.sampled_from([0, 0, 1, -1]), label="shift")
+                if task is not None:
+                    cursors[way] = (task.created_at + timedelta(seconds=shift), task.id)
+                elif way == "after":
+                    cursors[way] = OLDEST
         query = TaskQuery(
             state=state,
             queue=queue,
@@ -1022,7 +1060,8 @@ class StoresAgree(RuleBasedStateMachine):
             key=key,
             created_from=None if ago is None else now - timedelta(seconds=ago),
             created_until=None if until is None else now - timedelta(seconds=until),
-            before=before,
+            before=cursors["before"],
+            after=cursors["after"],
         )
         page = self.both("find_tasks", query, limit)
         order = [(t.created_at, t.id) for t in page]

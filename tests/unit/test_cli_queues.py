@@ -69,12 +69,13 @@ def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None
     assert mail["oldest_waiting_seconds"] is not None and mail["oldest_waiting_seconds"] >= 0
     text = run("queue", "ls").out
     assert text.splitlines()[0].split() == [
-        "queue", "state", "waiting", "running", "concurrency", "rate", "per", "key", "oldest",
-        "wait",
+        "queue", "state", "waiting", "running", "ahead", "concurrency", "rate", "per", "key",
+        "oldest", "wait",
         "succeeded", "failed", "cancelled",
     ]  # fmt: skip
     assert any(
-        line.split()[:6] == ["mail", "active", "2", "0", "-", "5/m"] for line in text.splitlines()
+        line.split()[:7] == ["mail", "active", "2", "0", "0", "-", "5/m"]
+        for line in text.splitlines()
     )
 
 

@@ -49,6 +49,8 @@ def test_workers_lists_the_alive_ones_and_all_of_them_with_all(run: Run, db: Pat
         "host",
         "pid",
         "queues",
+        "running",
+        "ahead",
         "started",
         "last",
         "seen",
@@ -84,6 +86,8 @@ def test_workers_lists_the_alive_ones_and_all_of_them_with_all(run: Run, db: Pat
         "last_seen",
         "lease_seconds",
         "state",
+        "running",
+        "claimed_ahead",
     }
     assert json.loads(run("--json", "workers").out)[0]["id"] == "alive-1"
 

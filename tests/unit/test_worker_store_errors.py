@@ -71,6 +71,7 @@ class FlakyStore(MemoryStore):
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
         if self.failures is None or self.failures > 0:
             if self.failures is not None:
@@ -80,7 +81,7 @@ class FlakyStore(MemoryStore):
             self.failed.release()
             raise error
         return super().claim(
-            owner, limit, now, lease, names, process_names=process_names, queues=queues
+            owner, limit, now, lease, names, process_names=process_names, queues=queues, ahead=ahead
         )
 
     def record_and_claim(
@@ -94,6 +95,8 @@ class FlakyStore(MemoryStore):
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         if self.record_failures:
             self.record_failures -= 1
@@ -110,6 +113,8 @@ class FlakyStore(MemoryStore):
             names=names,
             process_names=process_names,
             queues=queues,
+            ahead=ahead,
+            started=started,
         )
 
 

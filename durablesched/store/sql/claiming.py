@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
 
 from durablesched.queues import QueueLimits, Rate, rate_frees_at
-from durablesched.records import Claim, JSONArgs, effective_key, split_trace
+from durablesched.records import Claim, JSONArgs, Outcome, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     QUEUE_ROWS,
@@ -29,10 +29,12 @@ from durablesched.store.sql.statements import (
     SQL_KEY_HEAD,
     SQL_KEY_STARTS,
     SQL_KEYS_TO_FREE,
+    SQL_MARK_STARTED,
     SQL_QUEUE_STARTS,
     SQL_REMEMBER_KEY_START,
     SQL_REMEMBER_START,
     SQL_RUNNING_IN_QUEUE,
+    SQL_START_LINE,
     SQL_TOUCH_KEY,
 )
 from durablesched.store.sql.transactions import Transactions
@@ -49,34 +51,36 @@ def claim_rows(
     names: Collection[str] | None,
     process_names: Collection[str] = (),
     queues: Mapping[str, int] | None = None,
+    ahead: bool = False,
 ) -> list[Any]:
     """Claim in ``conn``'s transaction; the rows for :func:`claims_from_rows`, to be made into
     claims after it commits.
 
     Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
     ``queues``), ``limit`` in all, each queue within the limits stored for it.
+    With ``ahead`` (a claim ahead: not started), only from queues with no stored limit,
+    and ``started_at`` left NULL.
     """
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
     stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.driver(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
+    if ahead:
+        # A claim ahead waits in the worker: a limited queue's concurrency or rate
+        # window would count it from its claim, not from its start.
+        wanted = {q: n for q, n in wanted.items() if q not in stored or not stored[q].limited}
     allowed = _allowances(tx, conn, stored, wanted, now)
     arms = [(q, min(n, limit)) for q, n in sorted(allowed.items()) if n > 0]
     if not arms:
         return []
-    key_rated: dict[str, Rate] = {}
-    for queue, _ in arms:
-        known = stored.get(queue)
-        if known is not None and known.rate_per_key is not None:
-            key_rated[queue] = known.rate_per_key
-    for queue in sorted(key_rated):
-        _unblock_keys(tx, conn, queue, stamp)
+    key_rated = _unblock_keys(tx, conn, stored, [q for q, _ in arms], stamp)
     params: dict[str, Any] = {
         "owner": owner,
         "lease_expires_at": tx._t(now + lease),
         "now": stamp,
         "limit": limit,
+        "started": None if ahead else stamp,
     }
     for k, (queue, n) in enumerate(arms):
         params[f"q{k}"] = queue
@@ -95,8 +99,8 @@ def claim_rows(
     for r in rows:
         if r[9] in rated:
             conn.execute(SQL_REMEMBER_START, {"queue": r[9], "at": stamp})
-    for r in sorted((r for r in rows if r[9] in key_rated and r[12] is not None), key=_key_of):
-        _count_key_start(tx, conn, (r[9], r[12]), key_rated[r[9]], now)
+    if key_rated:
+        _count_key_starts(tx, conn, rows, key_rated, now)
     if not tx.dialect.writes_history:
         detail = f"claimed by {owner} from queue "
         tx._many(
@@ -111,13 +115,39 @@ def _key_of(row: Any) -> tuple[str, str]:
     return (row[9], row[12])
 
 
-def _unblock_keys(tx: Transactions, conn: Connection, queue: str, stamp: Any) -> None:
-    """Free the keys of ``queue`` whose full rate window has passed: each gets a head
-    (the triggers choose it, from its first claimable task), claimable by this claim."""
-    keys = [k for (k,) in conn.execute(SQL_KEYS_TO_FREE, {"queue": queue, "now": stamp})]
-    for key in keys:
-        conn.execute(SQL_FREE_KEY, {"queue": queue, "key": key})
-        conn.execute(SQL_TOUCH_KEY, {"queue": queue, "key": key})
+def _unblock_keys(
+    tx: Transactions,
+    conn: Connection,
+    stored: dict[str, QueueLimits],
+    queues: list[str],
+    stamp: Any,
+) -> dict[str, Rate]:
+    """In each of ``queues`` with a rate per key, free the keys whose full rate window has
+    passed: each gets a head (the triggers choose it, from its first claimable task),
+    claimable by this claim. Returns those queues' rates per key."""
+    key_rated: dict[str, Rate] = {}
+    for queue in sorted(queues):
+        known = stored.get(queue)
+        if known is None or known.rate_per_key is None:
+            continue
+        key_rated[queue] = known.rate_per_key
+        keys = [k for (k,) in conn.execute(SQL_KEYS_TO_FREE, {"queue": queue, "now": stamp})]
+        for key in keys:
+            conn.execute(SQL_FREE_KEY, {"queue": queue, "key": key})
+            conn.execute(SQL_TOUCH_KEY, {"queue": queue, "key": key})
+    return key_rated
+
+
+def _count_key_starts(
+    tx: Transactions,
+    conn: Connection,
+    rows: list[Any],
+    key_rated: dict[str, Rate],
+    now: datetime,
+) -> None:
+    """Each claimed task of a keyed, rated queue counted in its key's window."""
+    for r in sorted((r for r in rows if r[9] in key_rated and r[12] is not None), key=_key_of):
+        _count_key_start(tx, conn, (r[9], r[12]), key_rated[r[9]], now)
 
 
 def _count_key_start(
@@ -138,6 +168,78 @@ def _count_key_start(
     conn.execute(SQL_BLOCK_KEY, {**where, "until": tx._t(frees)})
     if head is not None:
         conn.execute(SQL_HOLD_BACK, {"id": head})
+
+
+def claim_with_ahead(
+    tx: Transactions,
+    conn: Connection,
+    *,
+    owner: str,
+    limit: int,
+    ahead: int,
+    now: datetime,
+    lease: timedelta,
+    names: Collection[str] | None,
+    process_names: Collection[str] = (),
+    queues: Mapping[str, int] | None = None,
+) -> tuple[list[Any], list[Any]]:
+    """The claim into ``limit`` free slots, then up to ``ahead`` more to wait in the worker
+    (from queues with no stored limit only), in ``conn``'s transaction: the two row lists."""
+    rows = (
+        claim_rows(
+            tx,
+            conn,
+            owner=owner,
+            limit=limit,
+            now=now,
+            lease=lease,
+            names=names,
+            process_names=process_names,
+            queues=queues,
+        )
+        if limit > 0
+        else []
+    )
+    waiting = (
+        claim_rows(
+            tx,
+            conn,
+            owner=owner,
+            limit=ahead,
+            now=now,
+            lease=lease,
+            names=names,
+            process_names=process_names,
+            queues=None if queues is None else {q: ahead for q in queues},
+            ahead=True,
+        )
+        if ahead > 0
+        else []
+    )
+    return rows, waiting
+
+
+def record_starts(
+    tx: Transactions,
+    conn: Connection,
+    started: Sequence[Claim],
+    outcomes: Sequence[Outcome],
+    now: datetime,
+) -> None:
+    """The starts of claims ahead, in a group commit before its outcomes: each valid claim
+    whose task has no start yet gets ``started_at`` and its claim's history line moved
+    to that time (the attempt's start)."""
+    if tx.dialect.lock_tasks is not None:
+        ids = sorted({c.task_id for c in started} | {o.claim.task_id for o in outcomes})
+        conn.execute(tx.dialect.lock_tasks, {"ids": ids})
+    stamp = tx._t(now)
+    for claim in sorted(started, key=lambda c: c.task_id):
+        if claim.started_at is None:
+            continue
+        at = tx._t(claim.started_at)
+        params = {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": stamp}
+        if conn.execute(SQL_MARK_STARTED, {**params, "at": at}).rowcount:
+            conn.execute(SQL_START_LINE, {"id": claim.task_id, "at": at})
 
 
 def queue_limits(row: Any) -> QueueLimits:
@@ -189,9 +291,12 @@ def _allowances(
     return allowed
 
 
-def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelta) -> list[Claim]:
+def claims_from_rows(
+    rows: list[Any], owner: str, now: datetime, lease: timedelta, *, started: bool = True
+) -> list[Claim]:
     """Claims from the rows :func:`claim_rows` returned, best first: (priority desc,
-    due_at, seq), the order they were chosen in and should start in."""
+    due_at, seq), the order they were chosen in and should start in; claimed ahead
+    (not ``started``), their ``started_at`` is None."""
     rows.sort(key=lambda r: (-r[10], r[7], r[1]))  # times compare as stored
     expires = now + lease
     # Tasks submitted together share a due time and a submission time.
@@ -229,6 +334,7 @@ def claims_from_rows(rows: list[Any], owner: str, now: datetime, lease: timedelt
                 priority=priority,
                 created_at=created,
                 claimed_at=now,
+                started_at=now if started else None,
             )
         )
     return result

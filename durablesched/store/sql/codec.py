@@ -89,4 +89,5 @@ def record(row: Row[Any]) -> TaskRecord:
         trace=trace,
         limit_key=row.limit_key,
         debounce_key=row.debounce_key,
+        started_at=opt_time(row.started_at),
     )

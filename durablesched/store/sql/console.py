@@ -35,6 +35,8 @@ def find_tasks(tx: Transactions, query: TaskQuery, limit: int) -> list[TaskRecor
         params["created_until"] = tx._t(query.created_until)
     if query.before is not None:
         params["before_at"], params["before_id"] = tx._t(query.before[0]), query.before[1]
+    if query.after is not None:
+        params["after_at"], params["after_id"] = tx._t(query.after[0]), query.after[1]
     state = None if query.state is None else TaskState(query.state).value
     sql = _find_sql(
         state=state,
@@ -44,6 +46,8 @@ def find_tasks(tx: Transactions, query: TaskQuery, limit: int) -> list[TaskRecor
         created_from=query.created_from is not None,
         created_until=query.created_until is not None,
         before=query.before is not None,
+        after=query.after is not None,
+        planned_by_statistics=tx.dialect.name == "postgresql",
         # A key's tasks are fewer than any state's: its own index then serves best.
         hint=tx.dialect.find_hints.get(state, ("", ""))
         if state is not None and query.key is None

@@ -93,6 +93,10 @@ class SQLDialect:
     #: Run in a claim before counting what limited queues (``:names``) run: many
     #: hosts claim at once on PostgreSQL; SQLite has one writer anyway.
     lock_queues: TextClause | None = None
+    #: Run in a group commit that records starts, before them: takes the rows of every
+    #: task it writes (``:ids``) in id order, as the outcomes alone would (no deadlock
+    #: with a heartbeat); SQLite has one writer anyway.
+    lock_tasks: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):

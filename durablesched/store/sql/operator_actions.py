@@ -34,6 +34,7 @@ from durablesched.store.sql.statements import (
     SQL_REQUEUE,
     SQL_RUNNING,
     SQL_STATE,
+    SQL_WAITING_BY_QUEUE,
     sql_activity_durations,
 )
 from durablesched.store.sql.submitting import allocate
@@ -160,6 +161,7 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 counts={state.value: 0 for state in shown},
                 running=0,
                 oldest_waiting_seconds=None,
+                waiting=0,
             )
         for queue, at_limit in conn.execute(SQL_KEYS_AT_LIMIT):
             if queue in infos:
@@ -176,6 +178,11 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 waited = (now - from_db_time(r.oldest_due)).total_seconds()
                 oldest = info["oldest_waiting_seconds"]
                 info["oldest_waiting_seconds"] = waited if oldest is None else max(oldest, waited)
+        for queue, waiting in conn.execute(SQL_WAITING_BY_QUEUE):
+            info = infos.get(queue)
+            if info is not None:
+                info["waiting"] = waiting
+                info["running"] -= waiting
     return [infos[name] for name in sorted(infos)]
 
 

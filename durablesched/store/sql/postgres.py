@@ -88,7 +88,8 @@ def _claim(arms: int, names: int) -> str:
         f"WITH {ctes}, "
         "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
         "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
-        "updated_at = :now, environment = NULL FROM picked WHERE tasks.id = picked.id "
+        "updated_at = :now, started_at = CAST(:started AS timestamptz), environment = NULL "
+        "FROM picked WHERE tasks.id = picked.id "
         f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
         "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
         "SELECT id, :now, 'RUNNING', attempts, "
@@ -110,6 +111,8 @@ def _next_due(names: bool, queues: bool) -> TextClause:
 #: Claims of limited queues take their rows first, in name order (no deadlock):
 #: counting what runs and starting more is then one step among all hosts.
 LOCK_QUEUES = "SELECT name FROM durablesched_queues WHERE name IN :names ORDER BY name FOR UPDATE"
+#: A group commit with starts to record takes every row it writes first, in id order.
+LOCK_TASKS = "SELECT id FROM tasks WHERE id IN :ids ORDER BY id FOR UPDATE"
 
 
 #: Every claim still held, extended in one statement (``:fences``: JSON {task id:
@@ -294,6 +297,7 @@ POSTGRES = SQLDialect(
     ids=list,
     driver=pyformat,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
+    lock_tasks=text(LOCK_TASKS).bindparams(bindparam("ids", expanding=True)),
     notify=text(NOTIFY),
     notify_finished=text(NOTIFY_FINISHED),
     writes_history=True,

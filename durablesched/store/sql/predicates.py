@@ -24,7 +24,7 @@ KEY_HOLDING_SQL = f"state IN ({_in(KEY_HOLDING)})"
 TERMINAL_SQL = f"state IN ({_in(TERMINAL)})"
 #: Every state, for the schema's check constraint.
 ALL_STATES_SQL = _in(set(TaskState))
-#: The rows of ``ix_tasks_state_created``: the states a task enters only when it goes wrong.
-STATE_CREATED_SQL = (
-    f"state IN ({_in({TaskState.CANCELLED, TaskState.FAILED, TaskState.RETRY_WAIT})})"
-)
+#: The rows of ``ix_tasks_state_created``: every state but RUNNING (as many as the
+#: workers' slots, found through ``ix_tasks_running_lease``) and SUCCEEDED (most tasks:
+#: the list walks ``ix_tasks_created`` for them, and a success never writes this index).
+STATE_CREATED_SQL = f"state IN ({_in(set(TaskState) - {TaskState.RUNNING, TaskState.SUCCEEDED})})"

@@ -73,6 +73,9 @@ tasks = Table(
     #: by the triggers of migration 0013), and the latest its due time may be pushed to.
     Column("debounce_key", Text),
     Column("debounce_until", Time),
+    #: When the latest attempt started: NULL while it waits claimed ahead in a worker
+    #: (and for a task never claimed).
+    Column("started_at", Time),
     CheckConstraint(f"state IN ({ALL_STATES_SQL})", name="ck_tasks_state"),
     CheckConstraint("priority BETWEEN -100 AND 100", name="ck_tasks_priority"),
     CheckConstraint("max_attempts >= 1", name="ck_tasks_max_attempts"),

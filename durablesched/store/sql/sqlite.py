@@ -84,7 +84,8 @@ def _claim(arms: int, names: int) -> str:
     return (
         "UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, fence = fence + 1, "
         "lease_owner = :owner, lease_expires_at = :lease_expires_at, updated_at = :now, "
-        f"environment = NULL WHERE id IN ({picked}) RETURNING {CLAIM_RETURNING}"
+        "started_at = :started, environment = NULL "
+        f"WHERE id IN ({picked}) RETURNING {CLAIM_RETURNING}"
     )
 
 
@@ -148,7 +149,7 @@ FIND_HINTS = {
     "RUNNING": ("INDEXED BY ix_tasks_running_lease", ""),
     **{
         state: ("INDEXED BY ix_tasks_state_created", STATE_CREATED_SQL)
-        for state in ("RETRY_WAIT", "FAILED", "CANCELLED")
+        for state in ("PENDING", "RETRY_WAIT", "FAILED", "CANCELLED")
     },
 }
 

@@ -23,11 +23,29 @@ VALID = (
     "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
     "AND lease_expires_at > :now"
 )
+#: A claim ahead started (``record_and_claim(started=)``): its start time, once.
+SQL_MARK_STARTED = text(f"UPDATE tasks SET started_at = :at WHERE {VALID} AND started_at IS NULL")
+#: ... and its claim's history line moved to that time: the attempt's start.
+SQL_START_LINE = text(
+    "UPDATE task_events SET at = :at WHERE id = "
+    "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING')"
+)
+#: Per queue, the RUNNING tasks claimed ahead and not started (few: read by state).
+SQL_WAITING_BY_QUEUE = text(
+    "SELECT queue, count(*) FROM tasks WHERE state = 'RUNNING' AND started_at IS NULL "
+    "GROUP BY queue"
+)
+#: Per owner, the RUNNING tasks it holds, and how many of them started.
+SQL_HELD_BY_OWNER = text(
+    "SELECT lease_owner, count(*) AS held, count(started_at) AS started FROM tasks "
+    "WHERE state = 'RUNNING' GROUP BY lease_owner"
+)
 #: Every column of a task, in the order :func:`codec.record` reads them.
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment, queue, priority, limit_key, debounce_key"
+    "created_at, updated_at, finished_at, environment, queue, priority, limit_key, started_at, "
+    "debounce_key"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
@@ -441,10 +459,10 @@ SQL_DELETE_FINISHED = text(
 
 
 #: The states the task list finds through an index of their own rows: few, or
-#: ``ix_tasks_state_created``'s (which holds only these three, so that a task's way
-#: through PENDING, RUNNING and SUCCEEDED never writes to it). RUNNING tasks are as
-#: many as the workers' slots (``ix_tasks_running_lease``).
-INDEXED_STATES = frozenset({"RUNNING", "RETRY_WAIT", "FAILED", "CANCELLED"})
+#: ``ix_tasks_state_created``'s (which holds these four: a task leaves it when claimed
+#: and never enters it by succeeding). RUNNING tasks are as many as the workers'
+#: slots (``ix_tasks_running_lease``).
+INDEXED_STATES = frozenset({"PENDING", "RUNNING", "RETRY_WAIT", "FAILED", "CANCELLED"})
 
 
 def sql_find_tasks(
@@ -456,20 +474,26 @@ def sql_find_tasks(
     created_from: bool,
     created_until: bool,
     before: bool,
+    after: bool = False,
     hint: tuple[str, str] = ("", ""),
+    planned_by_statistics: bool = False,
 ) -> TextClause:
     """Up to ``:limit`` tasks newest first, ``(created_at, id)`` descending, filtered where
     asked: ``ix_tasks_created`` and ``ix_tasks_{queue,name}_created`` hold that order
     after their first column, so a page reads only its own rows (a key's tasks are
     few: ``ix_tasks_key``). ``:before_at``, ``:before_id``: the keyset cursor, as a row
-    value (a range on the index, not a filter).
+    value (a range on the index, not a filter). ``:after_at``, ``:after_id``: the cursor
+    the other way: the index is walked from the oldest end (or from the cursor) up,
+    and the page's rows are put newest first again.
 
     ``state`` is written in as a literal (one of ours), so that the partial indexes
-    can serve it. One of :data:`INDEXED_STATES` is found through its index; PENDING
-    and SUCCEEDED, which every task goes through, have none in the list's order
-    (each would cost every claim and success a write): they are compared as an
-    expression, which no index serves, so the list walks its order from the newest
-    and keeps those rows, which are usually the newest ones anyway. ``hint`` is what
+    can serve it. One of :data:`INDEXED_STATES` is found through its index; SUCCEEDED,
+    which most tasks end in, has none in the list's order (it would cost every
+    success a write): it is compared as an expression, which no index serves, so
+    the list walks its order from either end and keeps those rows, most of them.
+    ``planned_by_statistics`` (PostgreSQL): SUCCEEDED is compared as a column, so that
+    the planner knows from its statistics that most rows match and that a page's walk
+    stops early (as an expression it guesses 0.5 % and may read the whole table). ``hint`` is what
     follows the table's name and a term added to the state's (SQLite's ``INDEXED BY``
     and the partial index's own term, which its planner needs to see: it would walk
     the whole list's order for a state that has no row; PostgreSQL needs neither, and
@@ -479,8 +503,16 @@ def sql_find_tasks(
         state_clause = None
     elif state in INDEXED_STATES:
         state_clause = f"state = '{state}'{f' AND {state_term}' if state_term else ''}"
+    elif planned_by_statistics:
+        state_clause = f"state = '{state}'"
     else:
         state_clause = f"state || '' = '{state}'"
+    # A cursor on a state of ix_tasks_state_created's names the state too: a range of
+    # that index then, which ix_tasks_created cannot serve. PostgreSQL's planner cannot
+    # know that a state's rows are all the newest (PENDING) or few, and would otherwise
+    # walk ix_tasks_created from the cursor over every other row to the list's end.
+    indexed = state is not None and state in INDEXED_STATES and state != "RUNNING"
+    by_state, state_value = ("state, ", f"'{state}', ") if indexed else ("", "")
     clauses = [
         clause
         for wanted, clause in (
@@ -490,14 +522,21 @@ def sql_find_tasks(
             (key, "idempotency_key = :key"),
             (created_from, "created_at >= :created_from"),
             (created_until, "created_at < :created_until"),
-            (before, "(created_at, id) < (:before_at, :before_id)"),
+            (before, f"({by_state}created_at, id) < ({state_value}:before_at, :before_id)"),
+            (after, f"({by_state}created_at, id) > ({state_value}:after_at, :after_id)"),
         )
         if wanted
     ]
     where = f"WHERE {' AND '.join(str(c) for c in clauses)}" if clauses else ""
+    if not after:
+        return text(
+            f"SELECT {TASK_COLUMNS} FROM tasks {table_hint} {where} "
+            "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        )
     return text(
-        f"SELECT {TASK_COLUMNS} FROM tasks {table_hint} {where} "
-        "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        f"SELECT * FROM (SELECT {TASK_COLUMNS} FROM tasks {table_hint} {where} "
+        "ORDER BY created_at, id LIMIT :limit) AS page "
+        "ORDER BY created_at DESC, id DESC"
     )
 
 

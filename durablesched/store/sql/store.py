@@ -66,7 +66,12 @@ from durablesched.store.sql import (
     workers,
 )
 from durablesched.store.sql.borrowed import borrow
-from durablesched.store.sql.claiming import claim_rows, claims_from_rows, queue_limits
+from durablesched.store.sql.claiming import (
+    claim_with_ahead,
+    claims_from_rows,
+    queue_limits,
+    record_starts,
+)
 from durablesched.store.sql.codec import dump, error_from_json, from_db_time, record
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
@@ -255,22 +260,26 @@ class SQLStore(Transactions):
         *,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
     ) -> list[Claim]:
-        if limit <= 0:
+        if limit <= 0 and ahead <= 0:
             return []
         with self._write("claiming tasks") as conn:
-            rows = claim_rows(
+            rows, waiting = claim_with_ahead(
                 self,
                 conn,
                 owner=owner,
                 limit=limit,
+                ahead=ahead,
                 now=now,
                 lease=lease,
                 names=names,
                 process_names=process_names,
                 queues=queues,
             )
-        return claims_from_rows(rows, owner, now, lease)
+        return claims_from_rows(rows, owner, now, lease) + claims_from_rows(
+            waiting, owner, now, lease, started=False
+        )
 
     def heartbeat(
         self, owner: str, claims: Sequence[Claim], now: datetime, lease: timedelta
@@ -383,6 +392,8 @@ class SQLStore(Transactions):
         names: Collection[str] | None = None,
         process_names: Collection[str] = (),
         queues: Mapping[str, int] | None = None,
+        ahead: int = 0,
+        started: Sequence[Claim] = (),
     ) -> tuple[list[OutcomeResult], list[Claim]]:
         """Group commit: every outcome, then a claim into the freed slots, in one transaction.
 
@@ -391,6 +402,8 @@ class SQLStore(Transactions):
         """
         steps = group_commit.plan(outcomes)
         with self._write("recording outcomes and claiming") as conn:
+            if started:
+                record_starts(self, conn, started, outcomes, now)
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
             self._add_totals(
                 conn, [(o.claim, r) for o, r in zip(outcomes, results, strict=True)], now
@@ -403,22 +416,21 @@ class SQLStore(Transactions):
                     if state in TERMINAL
                 ),
             )
-            rows = (
-                claim_rows(
-                    self,
-                    conn,
-                    owner=owner,
-                    limit=limit,
-                    now=now,
-                    lease=lease,
-                    names=names,
-                    process_names=process_names,
-                    queues=queues,
-                )
-                if limit > 0
-                else []
+            rows, waiting = claim_with_ahead(
+                self,
+                conn,
+                owner=owner,
+                limit=limit,
+                ahead=ahead,
+                now=now,
+                lease=lease,
+                names=names,
+                process_names=process_names,
+                queues=queues,
             )
-        return results, claims_from_rows(rows, owner, now, lease)
+        return results, claims_from_rows(rows, owner, now, lease) + claims_from_rows(
+            waiting, owner, now, lease, started=False
+        )
 
     def _add_totals(
         self, conn: Connection, ended: Sequence[tuple[Claim, object]], now: datetime
@@ -437,7 +449,7 @@ class SQLStore(Transactions):
         with self._read("reading the attempt totals") as conn:
             return read_totals(conn)
 
-    def release(self, claims: Sequence[Claim], now: datetime) -> int:
+    def release(self, claims: Sequence[Claim], now: datetime, *, why: str = "at shutdown") -> int:
         released = 0
         cancelled: list[int] = []
         with self._write("giving back unfinished tasks") as conn:
@@ -449,9 +461,9 @@ class SQLStore(Transactions):
                 released += 1
                 state = TaskState(row.state)
                 detail = (
-                    f"given back by {claim.owner} at shutdown"
+                    f"given back by {claim.owner} {why}"
                     if state is TaskState.PENDING
-                    else "cancelled at shutdown"
+                    else f"cancelled {why}"
                 )
                 self._event(conn, claim.task_id, now, state, row.attempts, detail)
                 if state is TaskState.CANCELLED:

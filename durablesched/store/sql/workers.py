@@ -10,6 +10,7 @@ registers and by ``durablesched purge``.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     SQL_DEREGISTER_WORKER,
     SQL_FORGET_WORKERS,
+    SQL_HELD_BY_OWNER,
     SQL_REGISTER_WORKER,
     SQL_WORKERS,
     SQL_WORKERS_UNSEEN,
@@ -53,7 +55,14 @@ def deregister_worker(tx: Transactions, worker_id: str) -> bool:
 def list_workers(tx: Transactions, now: datetime) -> list[WorkerInfo]:
     with tx._read("listing workers") as conn:
         rows = conn.execute(SQL_WORKERS).all()
-    return [w for w in map(worker_info, rows) if not w.forgotten(now)]
+        held = {
+            r.lease_owner: (r.started, r.held - r.started) for r in conn.execute(SQL_HELD_BY_OWNER)
+        }
+    listed = [w for w in map(worker_info, rows) if not w.forgotten(now)]
+    return [
+        replace(w, running=held[w.id][0], waiting=held[w.id][1]) if w.id in held else w
+        for w in listed
+    ]
 
 
 def prune_workers(tx: Transactions, now: datetime) -> int:

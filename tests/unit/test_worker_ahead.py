@@ -1,0 +1,261 @@
+"""Claims ahead (``Worker(ahead=)``): held beyond the slots, started in claim order as
+slots free; what must stay true of them (issue 29), each test failing without its guard."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from durablesched import (
+    ConfigurationError,
+    ManualClock,
+    MemoryStore,
+    Scheduler,
+    TaskContext,
+    TaskRegistry,
+    TaskState,
+    Worker,
+)
+
+from ..conftest import T0, WAIT
+
+LEASE = timedelta(seconds=30)
+
+
+class Tasks:
+    """A task that holds its slot until released, and a quick one that notes its start."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.blocking = threading.Event()
+        self.ran: list[str] = []
+        self.quick_ran = threading.Event()
+        #: Called by the blocking task just before it returns (on its thread).
+        self.before_return: list[object] = []
+        self.deadlines: list[float | None] = []
+        self.registry = registry = TaskRegistry()
+
+        @registry.task("block")
+        def block() -> None:
+            self.blocking.set()
+            assert self.release.wait(WAIT)
+            for hook in self.before_return:
+                hook()  # type: ignore[operator]
+
+        @registry.task("quick")
+        def quick(tag: str) -> None:
+            self.ran.append(tag)
+            self.quick_ran.set()
+
+        @registry.task("timed", timeout=timedelta(seconds=60), pass_context=True)
+        def timed(ctx: TaskContext) -> None:
+            self.deadlines.append(ctx.deadline)
+
+
+@pytest.fixture
+def tasks() -> Tasks:
+    return Tasks()
+
+
+@pytest.fixture
+def scheduler(tasks: Tasks) -> Scheduler:
+    return Scheduler(MemoryStore(), registry=tasks.registry, clock=ManualClock(T0))
+
+
+def ahead_worker(scheduler: Scheduler) -> Worker:
+    """A worker of one slot that claims up to 2 ahead: the window is long and the recent
+    length of an attempt short, as after a run of quick tasks."""
+    worker = Worker(
+        scheduler,
+        concurrency=1,
+        lease=LEASE,
+        owner="w",
+        ahead=2,
+        ahead_window=1000.0,
+    )
+    worker._ahead.ended(0.001)
+    return worker
+
+
+@pytest.fixture
+def worker(scheduler: Scheduler) -> Iterator[Worker]:
+    w = ahead_worker(scheduler)
+    yield w
+    w.stop(WAIT)
+
+
+def test_claims_ahead_wait_and_start_in_claim_order(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    block = scheduler.submit("block")
+    first = scheduler.submit("quick", {"tag": "first"})
+    second = scheduler.submit("quick", {"tag": "second"})
+    scheduler.submit("quick", {"tag": "third"})  # beyond the slot and 2 ahead
+    assert worker.run_once() == 3
+    assert tasks.blocking.wait(WAIT)
+    assert (worker.active_count, worker.waiting_count) == (3, 2)
+    assert scheduler.get(first).state is TaskState.RUNNING
+    tasks.release.set()
+    assert worker.wait_idle(WAIT)
+    assert tasks.ran == ["first", "second"]
+    for task_id in (block, first, second):
+        assert scheduler.get(task_id).state is TaskState.SUCCEEDED
+
+
+def test_a_cancelled_claim_ahead_never_starts_and_is_acknowledged(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """The cancel arrives while it waits; the slot frees on the blocking task's thread,
+    which takes the next claim at once, with no pass of the loop in between. Fails with
+    the cancelled check dropped from Ahead.take (it would start), or without the
+    loop's sweep (it would never be acknowledged)."""
+    scheduler.submit("block")
+    doomed = scheduler.submit("quick", {"tag": "doomed"})
+    scheduler.submit("quick", {"tag": "after"})
+    assert worker.run_once() == 3
+    assert tasks.blocking.wait(WAIT)
+    tasks.before_return.append(lambda: scheduler.cancel(doomed))
+    tasks.release.set()
+    assert tasks.quick_ran.wait(WAIT)  # the next claim after it started instead
+    worker.run_once()  # the loop's pass acknowledges it
+    assert worker.wait_idle(WAIT)
+    assert tasks.ran == ["after"]
+    task = scheduler.get(doomed)
+    assert task is not None and task.state is TaskState.CANCELLED
+    assert task.attempts == 1
+
+
+def test_shutdown_gives_claims_ahead_back_at_once_uncounted(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """Another worker can take them at once, no lease to wait for, no attempt counted.
+    Fails with the release dropped from shutdown()."""
+    scheduler.submit("block")
+    waiting = scheduler.submit("quick", {"tag": "waiting"})
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    seen = threading.Event()
+    checked: list[tuple[TaskState, int, list[int]]] = []
+
+    def on_wait(running: int, seconds_left: float) -> None:
+        if not seen.is_set():
+            task = scheduler.get(waiting)
+            assert task is not None
+            other = scheduler.store.claim("other", 5, scheduler.clock.now(), LEASE)
+            checked.append((task.state, task.attempts, [c.task_id for c in other]))
+            seen.set()
+            tasks.release.set()
+
+    assert worker.shutdown(WAIT, on_wait=on_wait) == 1
+    assert checked == [(TaskState.PENDING, 0, [waiting])]  # and "other" claims it at once
+    assert tasks.ran == []
+
+
+def test_a_timeout_counts_from_the_start_not_the_claim(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """Fails with the deadline set when the claim is made (AttemptRunner.prepare)."""
+    scheduler.submit("block")
+    scheduler.submit("timed")
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    freed_at = time.monotonic()
+    tasks.release.set()
+    assert worker.wait_idle(WAIT)
+    (deadline,) = tasks.deadlines
+    assert deadline is not None and deadline >= freed_at + 60
+
+
+def test_two_claims_at_once_never_share_the_room(scheduler: Scheduler) -> None:
+    """The claim loop and the committer reserve the room they claim into: a second claim
+    while the first is in flight gets none. Fails without the reservation."""
+    worker = Worker(scheduler, concurrency=2, lease=LEASE, owner="w", ahead=3, ahead_window=1000)
+    worker._ahead.ended(0.001)
+    first = worker._ahead.reserve()
+    assert (first.limit, first.ahead) == (2, 3)
+    second = worker._ahead.reserve()
+    assert (second.limit, second.ahead) == (0, 0)
+    worker._ahead.settle(first)
+    again = worker._ahead.reserve()
+    assert (again.limit, again.ahead) == (2, 3)
+
+
+def test_the_default_claims_ahead_only_what_starts_within_the_window(
+    scheduler: Scheduler,
+) -> None:
+    """8 slots, a 50 ms window: none before an attempt ended; with 1 ms attempts, the
+    cap (8); with 20 ms ones, 20; with 2 s ones, none; none either while an attempt
+    here has run 2 s, whatever the recent length. Fails with the age of the oldest
+    attempt running left out."""
+    worker = Worker(scheduler, concurrency=8, lease=LEASE, owner="w")
+    assert (worker.ahead, worker.ahead_window) == (8, 0.05)
+    ahead = worker._ahead
+    assert ahead.target(0.0) == 0
+    ahead.ended(0.001)
+    assert ahead.target(0.0) == 8
+    assert ahead.target(2.0) == 0
+    ahead._recent = 0.1
+    assert ahead.target(0.0) == 4
+    ahead._recent = 2.0
+    assert ahead.target(0.0) == 0
+    assert Worker(scheduler, ahead=0)._ahead.target(0.0) == 0
+
+
+def test_a_claim_ahead_that_waits_too_long_is_given_back(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """For any worker with a free slot to take: a long task holds the slot here."""
+    scheduler.submit("block")
+    waiting = scheduler.submit("quick", {"tag": "waiting"})
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    worker._ahead._window = 0.0  # everything waiting is now stale
+    worker._ahead._most = 0
+    worker.run_once()
+    task = scheduler.get(waiting)
+    assert task is not None and (task.state, task.attempts) == (TaskState.PENDING, 0)
+    assert worker.waiting_count == 0
+    assert scheduler.history(waiting)[-1].detail == (
+        "given back by w unstarted: claimed ahead, it waited past the window"
+    )
+    tasks.release.set()
+
+
+@pytest.mark.parametrize("bad", [-1, 10_001, 1.5, True, "8"])
+def test_ahead_must_be_a_count(scheduler: Scheduler, bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="ahead must be an integer"):
+        Worker(scheduler, ahead=bad)  # type: ignore[arg-type]
+
+
+def test_ahead_window_must_be_seconds(scheduler: Scheduler) -> None:
+    with pytest.raises(ConfigurationError, match="ahead_window"):
+        Worker(scheduler, ahead_window=-1)
+
+
+def test_a_claim_ahead_shows_waiting_then_its_real_start(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """RUNNING with no start while it waits; once started, its record and its attempt
+    (the history) carry the start, recorded with the blocking task's outcome, and the
+    worker's row counts it as running, not claimed ahead. Fails without the start
+    handed to the group commit (GroupCommit.started)."""
+    scheduler.submit("block")
+    later = scheduler.submit("quick", {"tag": "later"})
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    task = scheduler.get(later)
+    assert task is not None and (task.state, task.started_at) == (TaskState.RUNNING, None)
+    clock = scheduler.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(timedelta(seconds=5))
+    tasks.release.set()
+    assert worker.wait_idle(WAIT)
+    task = scheduler.get(later)
+    assert task is not None and task.state is TaskState.SUCCEEDED
+    assert task.started_at == T0 + timedelta(seconds=5)
+    (attempt,) = scheduler.attempts(later)
+    assert attempt.started_at == T0 + timedelta(seconds=5)
