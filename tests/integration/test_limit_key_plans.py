@@ -57,6 +57,7 @@ def sqlite_claim_steps(path: Path) -> int:
         "owner": "w2",
         "now": to_db_time(at(10)),
         "lease_expires_at": to_db_time(at(40)),
+        "started": to_db_time(at(10)),
     }
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -83,7 +84,15 @@ def test_sqlite_claim_does_not_walk_a_busy_keys_backlog(tmp_path: Path) -> None:
     assert costs[5_000] <= costs[100] * 1.2 + 5, costs
     plan = sqlite3.connect(tmp_path / "busy100.db").execute(
         "EXPLAIN QUERY PLAN " + SQLITE.claim_for(1, 0),
-        {"q0": "q", "l0": 1, "limit": 1, "owner": "w", "now": "", "lease_expires_at": ""},
+        {
+            "q0": "q",
+            "l0": 1,
+            "limit": 1,
+            "owner": "w",
+            "now": "",
+            "lease_expires_at": "",
+            "started": "",
+        },
     )
     details = " ".join(str(r[-1]) for r in plan)
     assert "ix_tasks_queue_claimable (queue=? AND key_waiting=?)" in details, details
