@@ -16,9 +16,15 @@ the per-key machinery costs a queue that does not use it.
    pays for them (target: at most 5 %). For the whole change, run
    ``python -m benchmarks.run`` (the worker throughput) on main and on this branch.
 
+3. **Debounce.** ``--debounce-rate`` submits a second with
+   ``debounce=("doc:7", 30 s)`` for ``--debounce-seconds`` (paced by the system
+   clock, as a busy caller would): the submit rate reached, and that one task exists,
+   due 30 s after the last submit, with its arguments (target: 1,000 a second for
+   10 s runs once, 30 s after the last). Then a worker's claim 1 ms before that due
+   time takes nothing and one at it takes the task.
+
 On SQLite in a temporary file (``durability=normal``); with ``--pg URL``, also on
 PostgreSQL, each database in a fresh schema of that server, dropped afterwards.
-Debouncing (the issue's third target) is not built yet: nothing to time.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from urllib.parse import quote
 
 from sqlalchemy import text
 
-from durablesched import PostgresStore, QueueLimits, SQLiteStore
+from durablesched import PostgresStore, QueueLimits, Scheduler, SQLiteStore
 from durablesched.records import NewTask, Outcome
 from durablesched.store.sql.store import SQLStore
 
@@ -156,6 +162,40 @@ def plain_queue(name: str, open_store: Callable[[], SQLStore], n: int, rounds: i
     )
 
 
+def debounce(name: str, open_store: Callable[[], SQLStore], rate: int, seconds: float) -> None:
+    store = open_store()
+    try:
+        scheduler = Scheduler(store)
+        wait = timedelta(seconds=30)
+        ids = set()
+        start = time.perf_counter()
+        n = 0
+        last = None
+        while (elapsed := time.perf_counter() - start) < seconds:
+            if n >= elapsed * rate:  # ahead of the pace: wait for the clock
+                time.sleep(min(0.001, n / rate - elapsed))
+                continue
+            last = scheduler.clock.now()
+            ids.add(scheduler.submit("index", {"n": n}, debounce=("doc:7", wait)))
+            n += 1
+        took = time.perf_counter() - start
+        assert last is not None and len(ids) == 1, ids
+        (task_id,) = ids
+        task = scheduler.get(task_id)
+        tasks = len(store.list_tasks(limit=10))
+        due_after_last = (task.due_at - last).total_seconds()
+        early = store.claim("w", 10, task.due_at - timedelta(milliseconds=1), LEASE)
+        on_time = store.claim("w", 10, task.due_at, LEASE)
+    finally:
+        store.close()
+    print(
+        f"{name}, debounce: {n:,} submits in {took:.1f}s ({n / took:.0f}/s, asked "
+        f"{rate}/s): {tasks} task, due {due_after_last:.3f}s after the last submit, with its "
+        f"arguments {task.args}; claimed {len(early)} before then and {len(on_time)} at it"
+    )
+    assert tasks == 1 and task.args == {"n": n - 1} and (len(early), len(on_time)) == (0, 1)
+
+
 @contextlib.contextmanager
 def pg_schemas(base: str) -> Iterator[Callable[[], SQLStore]]:
     """Stores on fresh schemas of ``base``, each dropped on exit."""
@@ -187,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--plain", type=int, default=20_000, help="tasks per plain-queue run")
     parser.add_argument("--rounds", type=int, default=3, help="plain-queue runs of each kind")
+    parser.add_argument("--debounce-rate", type=int, default=1_000, help="submits a second")
+    parser.add_argument("--debounce-seconds", type=float, default=10.0)
     parser.add_argument("--pg", metavar="URL", help="also on this PostgreSQL server")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         sizes = {"tasks": args.tasks, "keys": args.keys, "busy": args.busy, "claims": args.claims}
         busy_key("SQLite", open_sqlite, **sizes)
         plain_queue("SQLite", open_sqlite, args.plain, args.rounds)
+        debounce("SQLite", open_sqlite, args.debounce_rate, args.debounce_seconds)
     if args.pg:
         with pg_schemas(args.pg) as open_pg:
             busy_key("PostgreSQL", open_pg, **sizes)
             plain_queue("PostgreSQL", open_pg, args.plain, args.rounds)
+            debounce("PostgreSQL", open_pg, args.debounce_rate, args.debounce_seconds)
     return 0
 
 

@@ -117,6 +117,8 @@ class QueueLimits:
     paused: bool = False
     #: At most this many tasks of one ``limit_key`` RUNNING at once (None: no limit per key).
     concurrency_per_key: int | None = None
+    #: At most ``count`` starts of one ``limit_key`` in any window of ``per``.
+    rate_per_key: Rate | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.name)
@@ -135,12 +137,20 @@ class QueueLimits:
     def limited(self) -> bool:
         """True if a claim must count (or, per key, take the queue's lock) before it starts
         anything of this queue."""
-        return (
-            self.paused
-            or self.concurrency is not None
-            or self.rate is not None
-            or self.concurrency_per_key is not None
-        )
+        return self.paused or self.concurrency is not None or self.rate is not None or self.keyed
+
+    @property
+    def keyed(self) -> bool:
+        """True if this queue limits each ``limit_key``: its keys have heads."""
+        return self.concurrency_per_key is not None or self.rate_per_key is not None
+
+    @property
+    def key_cap(self) -> int | None:
+        """How many of one key may run at once where the queue limits keys (a rate alone:
+        no number), None where it does not (the triggers' ``cap``)."""
+        if self.concurrency_per_key is not None:
+            return self.concurrency_per_key
+        return KEY_CAP_UNLIMITED if self.rate_per_key is not None else None
 
     def allowance(self, wanted: int, running: int, started: list[datetime], now: datetime) -> int:
         """How many of ``wanted`` tasks a claim at ``now`` may start: ``running`` are
@@ -166,6 +176,20 @@ class QueueLimits:
         return recent[len(recent) - self.rate.count] + self.rate.per
 
 
+#: The cap per key of a queue with a rate per key and no concurrency per key.
+KEY_CAP_UNLIMITED = 2**31 - 1
+
+
+def rate_frees_at(rate: Rate, started: list[datetime], now: datetime) -> datetime | None:
+    """When ``rate``'s window next admits a start after ``started``, if it is full at
+    ``now``: the start that must leave the window, plus the window."""
+    since = now - rate.per
+    recent = sorted(t for t in started if t > since)
+    if len(recent) < rate.count:
+        return None
+    return recent[len(recent) - rate.count] + rate.per
+
+
 class Keep:
     """The type of :data:`KEEP`: "leave this limit as it is" in ``Scheduler.set_queue``."""
 
@@ -184,7 +208,9 @@ class QueueInfo(TypedDict):
     concurrency: int | None
     rate: str | None
     concurrency_per_key: int | None
-    #: Limit keys with as many tasks RUNNING as the queue's concurrency per key allows.
+    rate_per_key: str | None
+    #: Limit keys with as many tasks RUNNING as the queue's concurrency per key allows,
+    #: or whose rate window is full.
     keys_at_limit: int
     counts: dict[str, int]
     #: RUNNING tasks whose attempts started.

@@ -157,6 +157,11 @@ class NewTask(NamedTuple):
     priority: int = 0
     #: The key its queue's per-key limits count it under (None: none).
     limit_key: str | None = None
+    #: Debouncing (docs/api.md, "Debouncing"): while a task with this key is PENDING and
+    #: has not started, this submit replaces its arguments and due time instead.
+    debounce_key: str | None = None
+    #: Its due time is never pushed past this (the first submit's time plus max_wait).
+    debounce_until: datetime | None = None
 
 
 class Submitted(NamedTuple):
@@ -199,6 +204,8 @@ class TaskRecord:
     trace: TraceCarrier | None = None
     #: The key its queue's per-key limits count it under (None: none).
     limit_key: str | None = None
+    #: Its debounce key while it is PENDING and has never started (then None).
+    debounce_key: str | None = None
     #: When its latest attempt started; None while it waits claimed ahead in a worker
     #: (RUNNING, not started: ``Worker(ahead=)``), and for a task never claimed.
     started_at: datetime | None = None

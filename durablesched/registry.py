@@ -318,6 +318,9 @@ class TaskOptions:
     priority: int | None = None
     max_attempts: int | None = None
     limit_key: str | None = None
+    #: Debouncing, as ``Scheduler.submit`` takes it: (key, delay), and the longest wait.
+    debounce: tuple[str, timedelta | float] | None = None
+    max_wait: timedelta | float | None = None
     #: The caller's open transaction to store the task in (SQL stores; docs/api.md).
     connection: Connection | DBAPIConnection | None = None
 
@@ -367,6 +370,8 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         connection: Connection | DBAPIConnection | None = None,
         limit_key: str | None = None,
+        debounce: tuple[str, timedelta | float] | None = None,
+        max_wait: timedelta | float | None = None,
     ) -> Task[P, R]:
         """This task, enqueued with these settings: due ``at`` (timezone-aware) or after
         ``delay``, with an idempotency ``key``, in ``queue`` at ``priority``, given
@@ -387,6 +392,8 @@ class Task(Generic[P, R]):
             max_attempts=old.max_attempts if max_attempts is None else max_attempts,
             connection=old.connection if connection is None else connection,
             limit_key=old.limit_key if limit_key is None else limit_key,
+            debounce=old.debounce if debounce is None else debounce,
+            max_wait=old.max_wait if max_wait is None else max_wait,
         )
         return Task(self.definition, options)
 

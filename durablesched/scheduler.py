@@ -28,6 +28,7 @@ from durablesched.states import TaskState
 from durablesched.store.protocol import DBAPIConnection, Store
 from durablesched.submission import (
     MAX_INT64,
+    Debounce,
     FurtherCalls,
     build_many,
     build_task,
@@ -122,6 +123,8 @@ class Scheduler:
                     positional=args or None,
                     definition=task.definition,
                     limit_key=options.limit_key,
+                    debounce=options.debounce,
+                    max_wait=options.max_wait,
                 )
             ]
 
@@ -180,6 +183,8 @@ class Scheduler:
                     positional=positional,
                     definition=definition,
                     limit_key=options.limit_key,
+                    debounce=options.debounce,
+                    max_wait=options.max_wait,
                 )
                 further[id(task)] = FurtherCalls(
                     first, definition, len(call.args), options.limit_key
@@ -314,6 +319,8 @@ class Scheduler:
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
         limit_key: str | None = None,
+        debounce: Debounce | None = None,
+        max_wait: timedelta | float | None = None,
     ) -> int:
         """Store a task and return its id.
 
@@ -329,7 +336,11 @@ class Scheduler:
         SQLAlchemy ``Connection`` on the store's database, or the driver's own
         (``sqlite3.Connection``, ``psycopg.Connection``), such as Django's.
         With ``limit_key``, the queue's limits per key count it under that key
-        (docs/queues.md, "Limits per key").
+        (docs/queues.md, "Limits per key"). With ``debounce=(key, delay)``, while a
+        task with that debounce key is PENDING and has not started, this submit gives
+        it these arguments and makes it due ``delay`` from now (never later than
+        ``max_wait`` after the submit that made it) instead of storing another; its id
+        is returned (docs/api.md, "Debouncing").
         """
         return self.submit_info(
             name,
@@ -343,6 +354,8 @@ class Scheduler:
             priority=priority,
             positional=positional,
             limit_key=limit_key,
+            debounce=debounce,
+            max_wait=max_wait,
         ).task_id
 
     def submit_info(
@@ -359,6 +372,8 @@ class Scheduler:
         priority: int | None = None,
         positional: Sequence[Any] | None = None,
         limit_key: str | None = None,
+        debounce: Debounce | None = None,
+        max_wait: timedelta | float | None = None,
     ) -> Submitted:
         """:meth:`submit`, saying more, in the same one write: ``Submitted(task_id,
         created, enqueued_at)``, where ``enqueued_at`` is the task's stored
@@ -381,6 +396,8 @@ class Scheduler:
                     priority=priority,
                     positional=positional,
                     limit_key=limit_key,
+                    debounce=debounce,
+                    max_wait=max_wait,
                 )
             ]
 
@@ -450,16 +467,20 @@ class Scheduler:
         rate: Rate | str | Keep | None = KEEP,
         paused: bool | Keep = KEEP,
         concurrency_per_key: int | Keep | None = KEEP,
+        rate_per_key: Rate | str | Keep | None = KEEP,
     ) -> QueueLimits:
         """Change a queue's limits (None removes one; what is not given stays); the queue is
         made if new. Every worker obeys the change from its next claim. Returns the limits.
 
-        ``concurrency_per_key``: at most that many tasks of one ``limit_key`` running at once
+        ``concurrency_per_key``: at most that many tasks of one ``limit_key`` running at once;
+        ``rate_per_key`` (as ``rate``): at most so many of one key started in any window
         (docs/queues.md, "Limits per key")."""
         check_queue(name)
         current = {q.name: q for q in self.store.queue_limits()}.get(name, QueueLimits(name))
         if isinstance(rate, str):
             rate = Rate.parse(rate)
+        if isinstance(rate_per_key, str):
+            rate_per_key = Rate.parse(rate_per_key)
         if not isinstance(paused, Keep | bool):
             raise InvalidTaskError(f"paused must be True or False, got {paused!r}")
         limits = QueueLimits(
@@ -470,6 +491,7 @@ class Scheduler:
             current.concurrency_per_key
             if isinstance(concurrency_per_key, Keep)
             else concurrency_per_key,
+            current.rate_per_key if isinstance(rate_per_key, Keep) else rate_per_key,
         )
         self.store.put_queue(limits, self.clock.now())
         return limits

@@ -60,6 +60,47 @@ def check_limit_key(limit_key: object, what: str = "limit_key") -> str:
     return limit_key
 
 
+#: How a submit asks for debouncing: (key, delay) and the optional longest wait.
+Debounce = tuple[str, timedelta | float]
+
+
+def _debounce(
+    now: datetime,
+    debounce: Debounce | None,
+    *,
+    max_wait: timedelta | float | None,
+    at: datetime | None,
+    delay: timedelta | float | None,
+    key: str | None,
+) -> tuple[str | None, datetime | None, datetime | None]:
+    """(debounce key, due time, latest due time) of a debounced submit, checked; Nones
+    without ``debounce``."""
+    if debounce is None:
+        if max_wait is not None:
+            raise InvalidTaskError("max_wait= is for a debounced submit: give debounce= too")
+        return None, None, None
+    if not isinstance(debounce, tuple) or len(debounce) != 2:
+        raise InvalidTaskError(
+            f"debounce= must be (key, delay), such as ('doc:7', timedelta(seconds=30)), "
+            f"got {debounce!r}"
+        )
+    if at is not None or delay is not None:
+        raise InvalidTaskError(
+            "a debounced submit is due its debounce delay: give no at= or delay="
+        )
+    if key is not None:
+        raise InvalidTaskError("give either an idempotency key or debounce=, not both")
+    name, wait = debounce
+    check_limit_key(name, "debounce key")
+    due = _due_at(now, None, wait, {"at": "at=", "delay": "debounce delay"})
+    until = None
+    if max_wait is not None:
+        until = _due_at(now, None, max_wait, {"at": "at=", "delay": "max_wait="})
+        if until < due:
+            raise InvalidTaskError("max_wait= must be at least the debounce delay")
+    return name, due, until
+
+
 def _limit_key(
     definition: TaskDefinition | None,
     limit_key: str | None,
@@ -166,6 +207,8 @@ def build_task(
     positional: Sequence[Any] | None = None,
     definition: TaskDefinition | None = None,
     limit_key: str | None = None,
+    debounce: Debounce | None = None,
+    max_wait: timedelta | float | None = None,
 ) -> NewTask:
     """Validate one submission and say exactly what is wrong with it.
 
@@ -182,7 +225,10 @@ def build_task(
         raise UnknownTaskNameError(f"no task is registered under the name {name!r}")
     what = names["args"].format(name=name)
     checked, args_json = check_args(args, what, positional)
-    due_at = _due_at(now, at, delay, names)
+    debounce_key, debounce_due, debounce_until = _debounce(
+        now, debounce, max_wait=max_wait, at=at, delay=delay, key=key
+    )
+    due_at = _due_at(now, at, delay, names) if debounce_due is None else debounce_due
     if max_attempts is None:
         max_attempts = (definition.retry if definition is not None else DEFAULT_RETRY).max_attempts
     check_max_attempts(max_attempts, names["max_attempts"])
@@ -192,7 +238,19 @@ def build_task(
     # Last: a well-formed submit whose arguments the function cannot take.
     _check_binding(definition, checked, what)
     made = _limit_key(definition, limit_key, checked, positional, names)
-    return NewTask(name, checked, due_at, max_attempts, key, args_json, queue, priority, made)
+    return NewTask(
+        name,
+        checked,
+        due_at,
+        max_attempts,
+        key,
+        args_json,
+        queue,
+        priority,
+        made,
+        debounce_key,
+        debounce_until,
+    )
 
 
 def _placement(
@@ -325,6 +383,8 @@ class FurtherCalls:
             first.queue,
             first.priority,
             limit_key,
+            first.debounce_key,
+            first.debounce_until,
         )
 
 

@@ -42,26 +42,34 @@ def register(commands: Commands) -> None:
         help="at most this many of its tasks of one limit_key RUNNING at once across every "
         "worker ('none' lifts it)",
     )
+    setting(
+        p,
+        "--rate-per-key",
+        help="at most COUNT starts of one limit_key per window across every worker: 5/s, "
+        "100/m ('none' lifts it)",
+    )
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
     limits_given = any(
-        v is not None for v in (args.concurrency, args.rate, args.concurrency_per_key)
+        v is not None
+        for v in (args.concurrency, args.rate, args.concurrency_per_key, args.rate_per_key)
     )
     if args.action == "ls":
         if args.name is not None or limits_given:
-            raise UsageError(
-                "queue ls takes no queue name, --concurrency, --rate or --concurrency-per-key"
-            )
+            raise UsageError("queue ls takes no queue name and no limits")
         return _ls(args)
     if args.name is None:
         raise UsageError(f"queue {args.action} needs the queue's name")
     if args.action != "set" and limits_given:
         raise UsageError(
-            f"queue {args.action} takes no --concurrency, --rate or --concurrency-per-key"
+            f"queue {args.action} takes no --concurrency, --rate, --concurrency-per-key "
+            "or --rate-per-key"
         )
     if args.action == "set" and not limits_given:
-        raise UsageError("queue set needs --concurrency, --rate or --concurrency-per-key")
+        raise UsageError(
+            "queue set needs --concurrency, --rate, --concurrency-per-key or --rate-per-key"
+        )
     changes = _changes(args)
     from durablesched.scheduler import Scheduler
 
@@ -107,14 +115,19 @@ def _changes(args: argparse.Namespace) -> dict[str, object]:
             if none
             else positive_int("--concurrency-per-key", args.concurrency_per_key, maximum=2**31 - 1)
         )
-    if args.rate is not None:
-        if args.rate.strip().lower() == "none":
-            changes["rate"] = None
+    for option, name, given in (
+        ("--rate", "rate", args.rate),
+        ("--rate-per-key", "rate_per_key", args.rate_per_key),
+    ):
+        if given is None:
+            continue
+        if given.strip().lower() == "none":
+            changes[name] = None
         else:
             try:
-                changes["rate"] = Rate.parse(args.rate)
+                changes[name] = Rate.parse(given)
             except InvalidTaskError as e:
-                raise UsageError(f"--rate: {e}") from None
+                raise UsageError(f"{option}: {e}") from None
     return changes
 
 
@@ -152,10 +165,11 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _per_key(info: QueueInfo) -> str:
     """The concurrency per key and how many keys are at it: ``1 (3 at limit)``."""
-    per_key = info["concurrency_per_key"]
-    if per_key is None:
+    per_key, rate = info["concurrency_per_key"], info["rate_per_key"]
+    if per_key is None and rate is None:
         return "-"
-    return f"{per_key} ({info['keys_at_limit']} at limit)"
+    limits = " ".join(str(x) for x in (per_key, rate) if x is not None)
+    return f"{limits} ({info['keys_at_limit']} at limit)"
 
 
 def _age(info: QueueInfo) -> str:
@@ -172,6 +186,7 @@ def _limits_dict(limits: QueueLimits) -> dict[str, object]:
         "rate": None if limits.rate is None else str(limits.rate),
         "paused": limits.paused,
         "concurrency_per_key": limits.concurrency_per_key,
+        "rate_per_key": None if limits.rate_per_key is None else str(limits.rate_per_key),
     }
 
 
@@ -183,4 +198,6 @@ def _describe(limits: QueueLimits) -> str:
     ]
     if limits.concurrency_per_key is not None:
         parts.append(f"concurrency per key {limits.concurrency_per_key}")
+    if limits.rate_per_key is not None:
+        parts.append(f"rate per key {limits.rate_per_key}")
     return ", ".join(parts)

@@ -21,7 +21,7 @@ from durablesched.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from durablesched.queues import QueueInfo, QueueLimits
+from durablesched.queues import QueueInfo, QueueLimits, Rate, rate_frees_at
 from durablesched.records import (
     DEFAULT_QUEUE,
     FINDING_IDS,
@@ -110,6 +110,12 @@ class MemoryStore(MemoryWorkflows):
         #: claim may take (migration 0013 says when it changes).
         self._by_key: dict[tuple[str, str], set[int]] = {}
         self._heads: dict[tuple[str, str], int] = {}
+        #: Keys whose rate window is full, until when; and each rated key's starts.
+        self._key_blocked: dict[tuple[str, str], datetime] = {}
+        self._key_starts: dict[tuple[str, str], list[datetime]] = {}
+        #: Debounce keys of PENDING tasks never started, and how late each may be pushed.
+        self._debounced: dict[str, int] = {}
+        self._debounce_until: dict[int, datetime | None] = {}
         #: Start times each rate-limited queue's window still remembers.
         self._starts: dict[str, list[datetime]] = {}
         self._tasks: dict[int, TaskRecord] = {}
@@ -209,6 +215,9 @@ class MemoryStore(MemoryWorkflows):
     ) -> list[Claim]:
         with self._lock:
             self._promote(now)
+            rated: dict[str, Rate] = {}
+            if limit > 0 and (names is None or names):
+                rated = dict(self._unblock_keys(limit, now, queues))
             claims = self._claim_some(
                 owner,
                 limit,
@@ -218,6 +227,11 @@ class MemoryStore(MemoryWorkflows):
                 names=names,
                 process_names=process_names,
             )
+            for claim in claims:
+                limit_key = self._tasks[claim.task_id].limit_key
+                rate = rated.get(claim.queue)
+                if limit_key is not None and rate is not None:
+                    self._count_key_start(claim.queue, limit_key, rate, now)
             if ahead > 0:
                 # Waiting in the worker: never from a limited queue, whose concurrency
                 # or rate window would count it from its claim, not its start.
@@ -576,6 +590,11 @@ class MemoryStore(MemoryWorkflows):
                 if (queues is None or q in queues)
                 and (frees := limits.rate_frees_at(self._starts.get(q, []), now)) is not None
             ]
+            rates += [
+                until
+                for (q, _), until in self._key_blocked.items()
+                if until > now and (queues is None or q in queues)
+            ]
             leases = [
                 t.lease_expires_at
                 for t in (self._tasks[i] for i in self._running)
@@ -595,11 +614,14 @@ class MemoryStore(MemoryWorkflows):
         with self._lock:
             before = self._queues.get(limits.name)
             self._queues[limits.name] = limits
-            if before is None or before.concurrency_per_key != limits.concurrency_per_key:
-                # As SQL_TOUCH_KEYS does: heads chosen afresh, in task id order per key.
+            if (before.key_cap if before is not None else None) != limits.key_cap:
+                # As SQL_FORGET_KEYS and SQL_TOUCH_KEYS do: heads chosen afresh.
                 for q, key in list(self._heads):
                     if q == limits.name:
                         del self._heads[(q, key)]
+                for q, key in list(self._key_blocked):
+                    if q == limits.name:
+                        del self._key_blocked[(q, key)]
                 for q, key in sorted(self._by_key, key=lambda k: min(self._by_key[k], default=0)):
                     if q == limits.name:
                         self._sync_key(q, key)
@@ -618,6 +640,7 @@ class MemoryStore(MemoryWorkflows):
                     concurrency=q.concurrency,
                     rate=None if q.rate is None else str(q.rate),
                     concurrency_per_key=q.concurrency_per_key,
+                    rate_per_key=None if q.rate_per_key is None else str(q.rate_per_key),
                     keys_at_limit=0,
                     counts={state.value: 0 for state in shown},
                     running=0,
@@ -644,7 +667,7 @@ class MemoryStore(MemoryWorkflows):
                 running = sum(
                     1 for i in ids if i in self._tasks and self._tasks[i].state is TaskState.RUNNING
                 )
-                if cap is not None and running >= cap:
+                if (cap is not None and running >= cap) or (queue, _) in self._key_blocked:
                     infos[queue]["keys_at_limit"] += 1
         return [infos[name] for name in sorted(infos)]
 
@@ -982,6 +1005,8 @@ class MemoryStore(MemoryWorkflows):
     # -- internals (the caller holds the lock) -------------------------------------------------
 
     def _insert(self, new: NewTask, now: datetime) -> Submitted:
+        if new.debounce_key is not None and new.debounce_key in self._debounced:
+            return self._debounce(new, now)
         if new.idempotency_key is not None and new.idempotency_key in self._keys:
             holder = self._tasks[self._keys[new.idempotency_key]]
             return Submitted(holder.id, False, holder.created_at)
@@ -1014,7 +1039,11 @@ class MemoryStore(MemoryWorkflows):
             priority=new.priority,
             trace=trace,
             limit_key=new.limit_key,
+            debounce_key=new.debounce_key,
         )
+        if new.debounce_key is not None:
+            self._debounced[new.debounce_key] = task_id
+            self._debounce_until[task_id] = new.debounce_until
         if new.queue not in self._queues:
             self._queues[new.queue] = QueueLimits(new.queue)
         self._tasks[task_id] = task
@@ -1196,7 +1225,29 @@ class MemoryStore(MemoryWorkflows):
         for on_finished in self._on_finished:
             on_finished((task.id,))
 
+    def _debounce(self, new: NewTask, now: datetime) -> Submitted:
+        """The pending task with ``new``'s debounce key, given its arguments and due time
+        (no later than its ``debounce_until``); an id is spent, as the SQL stores spend one."""
+        assert new.debounce_key is not None
+        self._next_id += 1
+        if new.queue not in self._queues:  # made by the submit, as the SQL stores make it
+            self._queues[new.queue] = QueueLimits(new.queue)
+        task = self._tasks[self._debounced[new.debounce_key]]
+        until = self._debounce_until.get(task.id)
+        due = new.due_at if until is None or new.due_at <= until else until
+        args, trace = split_trace(
+            json.loads(new.args_json) if new.args_json is not None else new.args
+        )
+        self._stale += 1  # its entry in the heap, at the old due time
+        task = self._put(replace(task, args=args, trace=trace, due_at=due, updated_at=now))
+        heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+        return Submitted(task.id, False, task.created_at)
+
     def _put(self, task: TaskRecord) -> TaskRecord:
+        if task.debounce_key is not None and task.state is not TaskState.PENDING:
+            # Started (or cancelled): the next submit with its key makes a new task.
+            del self._debounced[task.debounce_key]
+            task = replace(task, debounce_key=None)
         old = self._tasks.get(task.id)
         self._tasks[task.id] = task
         key = task.limit_key
@@ -1212,7 +1263,7 @@ class MemoryStore(MemoryWorkflows):
         """Bring the head of (``queue``, ``key``) up to date, as migration 0013's triggers
         do: a head stays while claimable; a new one only while the key is below its limit."""
         limits = self._queues.get(queue)
-        cap = None if limits is None else limits.concurrency_per_key
+        cap = None if limits is None else limits.key_cap
         if cap is None:
             self._heads.pop((queue, key), None)
             return
@@ -1223,7 +1274,7 @@ class MemoryStore(MemoryWorkflows):
         if head is not None and (head not in ids or self._tasks[head].state not in CLAIMABLE):
             head = None
         running = sum(1 for t in tasks if t.state is TaskState.RUNNING)
-        if head is None and running < cap:
+        if head is None and running < cap and (queue, key) not in self._key_blocked:
             waiting = [t for t in tasks if t.state in CLAIMABLE]
             if waiting:
                 head = min(waiting, key=lambda t: (t.due_at, -t.priority, t.seq)).id
@@ -1238,9 +1289,47 @@ class MemoryStore(MemoryWorkflows):
         if key is None:
             return False
         limits = self._queues.get(task.queue)
-        if limits is None or limits.concurrency_per_key is None:
+        if limits is None or not limits.keyed:
             return False
         return self._heads.get((task.queue, key)) != task.id
+
+    def _unblock_keys(
+        self, limit: int, now: datetime, queues: Mapping[str, int] | None
+    ) -> list[tuple[str, Rate]]:
+        """As the SQL claim does before it picks: in each queue with a rate per key it may
+        claim from, free the keys whose full window has passed (they get heads). Returns
+        those queues and their rates per key."""
+        wanted = {q: limit for q in self._queues} if queues is None else dict(queues)
+        running: dict[str, int] = {}
+        for task_id in self._running:
+            q = self._tasks[task_id].queue
+            running[q] = running.get(q, 0) + 1
+        rated: list[tuple[str, Rate]] = []
+        for q in sorted(wanted):
+            limits = self._queues.get(q)
+            if limits is None or limits.rate_per_key is None or wanted[q] <= 0:
+                continue
+            starts = self._starts.get(q, [])
+            if limits.allowance(wanted[q], running.get(q, 0), starts, now) <= 0:
+                continue
+            rated.append((q, limits.rate_per_key))
+            for key in sorted(
+                k for (kq, k), until in self._key_blocked.items() if kq == q and until <= now
+            ):
+                del self._key_blocked[(q, key)]
+                self._sync_key(q, key)
+        return rated
+
+    def _count_key_start(self, queue: str, key: str, rate: Rate, now: datetime) -> None:
+        """As ``claiming._count_key_start``: a start remembered; a full window blocks the key."""
+        starts = self._key_starts.setdefault((queue, key), [])
+        starts.append(now)
+        forget = rate.forget_before(now)
+        starts[:] = [t for t in starts if t > forget]
+        frees = rate_frees_at(rate, starts, now)
+        if frees is not None:
+            self._key_blocked[(queue, key)] = frees
+            self._heads.pop((queue, key), None)
 
     def _event(
         self, task: TaskRecord, now: datetime, detail: str | None, error: ErrorInfo | None = None

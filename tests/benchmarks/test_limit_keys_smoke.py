@@ -16,8 +16,19 @@ def test_the_limit_keys_benchmark_runs_on_both_databases(
     from benchmarks.limit_keys import main  # noqa: PLC0415 - after the check
 
     argv = ["--tasks", "600", "--keys", "40", "--busy", "200", "--claims", "3"]
-    assert main([*argv, "--plain", "100", "--rounds", "1", "--pg", PG_URL]) == 0
+    argv += [
+        "--plain",
+        "100",
+        "--rounds",
+        "1",
+        "--debounce-rate",
+        "50",
+        "--debounce-seconds",
+        "0.2",
+    ]
+    assert main([*argv, "--pg", PG_URL]) == 0
     out = capsys.readouterr().out
     for name in ("SQLite", "PostgreSQL"):
         assert f"{name}: a claim with a busy key of 200 ahead costs" in out
         assert f"{name}, plain queue (100 tasks, median of 1):" in out
+        assert f"{name}, debounce:" in out and "1 task, due 30.000s after the last" in out

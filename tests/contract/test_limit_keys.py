@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from durablesched import InvalidTaskError, ManualClock, QueueLimits, Scheduler, TaskRegistry
+from durablesched import InvalidTaskError, ManualClock, QueueLimits, Rate, Scheduler, TaskRegistry
 from durablesched.metrics import metrics_text
 from durablesched.records import Claim, ErrorInfo, NewTask, Outcome
 
@@ -191,3 +191,33 @@ def test_metrics_count_keys_at_their_limit_per_queue(store: BackendStore) -> Non
         for s in f.samples
     ]
     assert {s.labels["queue"]: s.value for s in samples} == {"default": 0, "sync": 2}
+
+
+# -- rate per key ----------------------------------------------------------------------------
+
+
+def test_a_rate_per_key_holds_back_a_key_until_its_window_passes(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", rate_per_key=Rate(2, timedelta(seconds=10))), T0)
+    a = ids_of(store, [new("a") for _ in range(4)])
+    (b,) = ids_of(store, [new("b", due=11)])
+    assert claimed(store, when=20) == [a[0], b]  # one of a key per claim
+    assert claimed(store, when=21) == [a[1]]  # a's second start in its window: now full
+    assert claimed(store, when=25) == []
+    assert store.next_wakeup(at(25)) == at(30)  # a's first start leaves the window
+    (info,) = [q for q in store.queue_info(at(25)) if q["name"] == "sync"]
+    assert (info["rate_per_key"], info["keys_at_limit"]) == ("2/10s", 1)
+    assert claimed(store, when=30) == [a[2]]
+    assert claimed(store, when=30) == []  # starts at 21 and 30: full until 31
+    assert claimed(store, when=31) == [a[3]]
+
+
+def test_a_rate_per_key_with_a_concurrency_per_key(store: BackendStore) -> None:
+    store.put_queue(
+        QueueLimits("sync", concurrency_per_key=1, rate_per_key=Rate(1, timedelta(seconds=60))),
+        T0,
+    )
+    a = ids_of(store, [new("a") for _ in range(2)])
+    take(store, when=20)
+    finish(store, a[0], when=21)
+    assert take(store, when=22) == []  # free to run, but its window is full
+    assert take(store, when=80) == [a[1]]

@@ -145,6 +145,15 @@ def test_whatever_a_task_holds_is_shown_as_text(dash: Dash) -> None:
     assert "<script>x" not in page
 
 
+def test_the_queues_page_shows_limits_per_key_and_keys_at_them(dash: Dash) -> None:
+    dash.scheduler.set_queue("sync", concurrency_per_key=1, rate_per_key="5/s")
+    for key in ("a", "a", "b"):
+        dash.scheduler.submit("job", {}, queue="sync", limit_key=key)
+    dash.store.claim("w1", 5, dash.clock.now(), LEASE)
+    queues = dash.client.get("/queues").text
+    assert "1 running 5/s" in queues and "(2 keys at limit)" in queues
+
+
 def test_queues_schedules_and_workers_pages(dash: Dash) -> None:
     dash.scheduler.submit("job", {}, queue="mail")
     dash.scheduler.set_queue("mail", rate="10/m")

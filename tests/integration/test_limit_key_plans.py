@@ -127,3 +127,27 @@ def test_postgres_claim_reads_no_more_rows_than_it_claims(pg_store: PostgresStor
     assert [s.get("Index Name") for s in scans] == ["ix_tasks_queue_claimable"], scans
     (scan,) = scans
     assert scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0) <= 10, scan
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_queue_limit_keys_view_shows_keys_busiest_first(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store: SQLiteStore | PostgresStore = (
+        SQLiteStore(tmp_path / "view.db")
+        if backend == "sqlite"
+        else PostgresStore(request.getfixturevalue("pg_url"))
+    )
+    try:
+        fill(store, busy=5)  # busy: 1 running, 4 waiting; key:0 and key:1 one each
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT limit_key, running, waiting, concurrency_per_key, at_limit "
+                    "FROM queue_limit_keys"
+                )
+            ).all()
+    finally:
+        store.close()
+    assert [tuple(r) for r in rows][:1] == [("busy", 1, 4, 1, 1)]
+    assert len(rows) == 1 + OTHER_KEYS

@@ -77,6 +77,7 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
             "queue_states",
             "tasks_due",
             "tasks_running",
+            "queue_limit_keys",
             "tasks_failed",
             "workers",
             "workflow_signals",

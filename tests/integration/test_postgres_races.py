@@ -356,3 +356,40 @@ def test_two_hosts_claiming_one_key_at_once_start_one(
     running = [t for t in a.list_tasks(state=TaskState.RUNNING) if t.limit_key == "k"]
     assert len(running) == 1, f"{len(running)} of key k running, its limit is 1"
     assert len(claims) == 2  # k's head, and other's
+
+
+def test_a_debounced_submit_while_its_task_is_claimed_makes_a_new_task(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The upsert meets the pending task's row locked by a claim: it waits, then finds the
+    key given up (the task started) and stores a new task, never rewriting the arguments
+    of an attempt that already started."""
+    a, b = stores
+
+    def debounced(doc: int) -> NewTask:
+        return NewTask("t", {"doc": doc}, at(10), 3, None, debounce_key="doc:7")
+
+    (first,) = [s.task_id for s in a.submit([debounced(1)], T0)]
+    gate = Gate()
+    claim_rows = claiming.claim_rows
+
+    def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = claim_rows(*args, **kwargs)
+        gate()  # the task is RUNNING in the claim's open transaction
+        return rows
+
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
+    claimed = Run(lambda: a.claim("a", 1, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    submitted = Run(lambda: b.submit([debounced(2)], at(11)))
+    finished_early = finishes_or_blocks(submitted, watcher)
+    gate.released.set()
+    (claim,) = claimed.answer()
+    (second,) = submitted.answer()
+    assert not finished_early, "the upsert did not wait for the claimed row"
+    assert claim.task_id == first and claim.args == {"doc": 1}
+    assert second.created and second.task_id != first
+    task = a.get(first)
+    assert task is not None and task.args == {"doc": 1} and task.debounce_key is None

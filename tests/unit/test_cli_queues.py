@@ -37,6 +37,7 @@ def test_queue_set_makes_a_queue_says_so_and_keeps_what_it_is_not_told(run: Run)
         "rate": "10/s",
         "paused": True,
         "concurrency_per_key": None,
+        "rate_per_key": None,
     }
     assert run("queue", "resume", "api").out.strip().startswith("queue 'api': active")
     per_key = run("queue", "set", "api", "--concurrency-per-key", "1")
@@ -48,6 +49,11 @@ def test_queue_set_makes_a_queue_says_so_and_keeps_what_it_is_not_told(run: Run)
     assert "1 (0 at limit)" in run("queue", "ls").out
     bad = run("queue", "set", "api", "--concurrency-per-key", "0")
     assert bad.code == 2 and "--concurrency-per-key" in bad.err
+    rated = run("queue", "set", "api", "--rate-per-key", "5/s")
+    assert rated.out.strip().endswith("concurrency per key 1, rate per key 5/s")
+    assert "1 5/s (0 at limit)" in run("queue", "ls").out
+    bad = run("queue", "set", "api", "--rate-per-key", "5/x")
+    assert bad.code == 2 and "--rate-per-key" in bad.err
 
 
 def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None:
@@ -80,11 +86,11 @@ def test_queue_ls_shows_depth_running_limits_and_age(run: Run, db: Path) -> None
         (["queue", "set", "api", "--concurrency", "x"], "--concurrency"),
         (["queue", "set", "api", "--rate", "10/x"], "--rate"),
         (["queue", "set", "bad name", "--rate", "1/s"], "queue's name"),
-        (["queue", "set", "api"], "--concurrency, --rate or --concurrency-per-key"),
+        (["queue", "set", "api"], "--concurrency, --rate, --concurrency-per-key or --rate-per-key"),
         (["queue", "pause"], "needs the queue's name"),
         (
             ["queue", "pause", "api", "--rate", "1/s"],
-            "takes no --concurrency, --rate or --concurrency-per-key",
+            "takes no --concurrency, --rate, --concurrency-per-key or --rate-per-key",
         ),
         (["queue", "ls", "api"], "queue ls takes no queue name"),
         (["queue", "drop", "api"], "invalid choice"),

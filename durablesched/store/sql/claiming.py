@@ -15,18 +15,27 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from durablesched.queues import QueueLimits, Rate
+from durablesched.queues import QueueLimits, Rate, rate_frees_at
 from durablesched.records import Claim, JSONArgs, Outcome, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
     QUEUE_ROWS,
+    SQL_BLOCK_KEY,
+    SQL_FORGET_KEY_STARTS,
     SQL_FORGET_STARTS,
+    SQL_FREE_KEY,
+    SQL_HOLD_BACK,
     SQL_IN_PROCESS,
+    SQL_KEY_HEAD,
+    SQL_KEY_STARTS,
+    SQL_KEYS_TO_FREE,
     SQL_MARK_STARTED,
     SQL_QUEUE_STARTS,
+    SQL_REMEMBER_KEY_START,
     SQL_REMEMBER_START,
     SQL_RUNNING_IN_QUEUE,
     SQL_START_LINE,
+    SQL_TOUCH_KEY,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -65,6 +74,7 @@ def claim_rows(
     arms = [(q, min(n, limit)) for q, n in sorted(allowed.items()) if n > 0]
     if not arms:
         return []
+    key_rated = _unblock_keys(tx, conn, stored, [q for q, _ in arms], stamp)
     params: dict[str, Any] = {
         "owner": owner,
         "lease_expires_at": tx._t(now + lease),
@@ -89,6 +99,8 @@ def claim_rows(
     for r in rows:
         if r[9] in rated:
             conn.execute(SQL_REMEMBER_START, {"queue": r[9], "at": stamp})
+    if key_rated:
+        _count_key_starts(tx, conn, rows, key_rated, now)
     if not tx.dialect.writes_history:
         detail = f"claimed by {owner} from queue "
         tx._many(
@@ -97,6 +109,65 @@ def claim_rows(
             [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
+
+
+def _key_of(row: Any) -> tuple[str, str]:
+    return (row[9], row[12])
+
+
+def _unblock_keys(
+    tx: Transactions,
+    conn: Connection,
+    stored: dict[str, QueueLimits],
+    queues: list[str],
+    stamp: Any,
+) -> dict[str, Rate]:
+    """In each of ``queues`` with a rate per key, free the keys whose full rate window has
+    passed: each gets a head (the triggers choose it, from its first claimable task),
+    claimable by this claim. Returns those queues' rates per key."""
+    key_rated: dict[str, Rate] = {}
+    for queue in sorted(queues):
+        known = stored.get(queue)
+        if known is None or known.rate_per_key is None:
+            continue
+        key_rated[queue] = known.rate_per_key
+        keys = [k for (k,) in conn.execute(SQL_KEYS_TO_FREE, {"queue": queue, "now": stamp})]
+        for key in keys:
+            conn.execute(SQL_FREE_KEY, {"queue": queue, "key": key})
+            conn.execute(SQL_TOUCH_KEY, {"queue": queue, "key": key})
+    return key_rated
+
+
+def _count_key_starts(
+    tx: Transactions,
+    conn: Connection,
+    rows: list[Any],
+    key_rated: dict[str, Rate],
+    now: datetime,
+) -> None:
+    """Each claimed task of a keyed, rated queue counted in its key's window."""
+    for r in sorted((r for r in rows if r[9] in key_rated and r[12] is not None), key=_key_of):
+        _count_key_start(tx, conn, (r[9], r[12]), key_rated[r[9]], now)
+
+
+def _count_key_start(
+    tx: Transactions, conn: Connection, key: tuple[str, str], rate: Rate, now: datetime
+) -> None:
+    """Remember a start of ``key`` (queue, limit key); if its window is now full, take its
+    head away until the window admits another start (a claim takes at most one task of a
+    key)."""
+    where = {"queue": key[0], "key": key[1]}
+    conn.execute(SQL_REMEMBER_KEY_START, {**where, "at": tx._t(now)})
+    conn.execute(SQL_FORGET_KEY_STARTS, {**where, "before": tx._t(rate.forget_before(now))})
+    since = tx._t(now - rate.per)
+    starts = [from_db_time(t) for (t,) in conn.execute(SQL_KEY_STARTS, {**where, "since": since})]
+    frees = rate_frees_at(rate, starts, now)
+    if frees is None:
+        return
+    head = conn.execute(SQL_KEY_HEAD, where).scalar()
+    conn.execute(SQL_BLOCK_KEY, {**where, "until": tx._t(frees)})
+    if head is not None:
+        conn.execute(SQL_HOLD_BACK, {"id": head})
 
 
 def claim_with_ahead(
@@ -174,9 +245,10 @@ def record_starts(
 def queue_limits(row: Any) -> QueueLimits:
     """A ``durablesched_queues`` row (name, concurrency, rate_count, rate_seconds, paused,
     concurrency_per_key) as the limits it stores."""
-    name, concurrency, rate_count, rate_seconds, paused, per_key = row
+    name, concurrency, rate_count, rate_seconds, paused, per_key, key_count, key_seconds = row
     rate = None if rate_count is None else Rate(rate_count, timedelta(seconds=rate_seconds))
-    return QueueLimits(name, concurrency, rate, bool(paused), per_key)
+    key_rate = None if key_count is None else Rate(key_count, timedelta(seconds=key_seconds))
+    return QueueLimits(name, concurrency, rate, bool(paused), per_key, key_rate)
 
 
 @functools.lru_cache(maxsize=64)

@@ -88,5 +88,6 @@ def record(row: Row[Any]) -> TaskRecord:
         priority=row.priority,
         trace=trace,
         limit_key=row.limit_key,
+        debounce_key=row.debounce_key,
         started_at=opt_time(row.started_at),
     )

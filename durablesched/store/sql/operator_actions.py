@@ -156,6 +156,7 @@ def queue_info(tx: Transactions, now: datetime, *, finished: bool = True) -> lis
                 concurrency=limits.concurrency,
                 rate=None if limits.rate is None else str(limits.rate),
                 concurrency_per_key=limits.concurrency_per_key,
+                rate_per_key=None if limits.rate_per_key is None else str(limits.rate_per_key),
                 keys_at_limit=0,
                 counts={state.value: 0 for state in shown},
                 running=0,

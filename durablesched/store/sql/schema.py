@@ -69,6 +69,10 @@ tasks = Table(
     #: claimable task the claim may take, kept by the triggers of migration 0013), so
     #: out of the claim's walk; 0 for every other task.
     Column("key_waiting", Integer, nullable=False, server_default=text("0")),
+    #: Debouncing: the key of a PENDING task not yet started (cleared when it starts,
+    #: by the triggers of migration 0013), and the latest its due time may be pushed to.
+    Column("debounce_key", Text),
+    Column("debounce_until", Time),
     #: When the latest attempt started: NULL while it waits claimed ahead in a worker
     #: (and for a task never claimed).
     Column("started_at", Time),
@@ -125,6 +129,14 @@ Index(
     tasks.c.seq,
     sqlite_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
     postgresql_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
+)
+#: At most one task per debounce key: a submit with the key updates it instead.
+Index(
+    "ux_tasks_debounce_key",
+    tasks.c.debounce_key,
+    unique=True,
+    sqlite_where=text("debounce_key IS NOT NULL"),
+    postgresql_where=text("debounce_key IS NOT NULL"),
 )
 #: A limit key's RUNNING tasks, counted by the triggers.
 Index(
@@ -223,10 +235,19 @@ queues = Table(
     Column("updated_at", Time),
     #: At most this many RUNNING tasks per ``tasks.limit_key`` (NULL: no limit per key).
     Column("concurrency_per_key", Integer),
+    #: At most ``rate_per_key_count`` starts of one limit key in any window of
+    #: ``rate_per_key_seconds`` (both NULL: no rate per key).
+    Column("rate_per_key_count", Integer),
+    Column("rate_per_key_seconds", Integer),
     CheckConstraint("concurrency IS NULL OR concurrency >= 1", name="ck_queues_concurrency"),
     CheckConstraint(
         "concurrency_per_key IS NULL OR concurrency_per_key >= 1",
         name="ck_queues_concurrency_per_key",
+    ),
+    CheckConstraint(
+        "(rate_per_key_count IS NULL AND rate_per_key_seconds IS NULL) OR "
+        "(rate_per_key_count >= 1 AND rate_per_key_seconds >= 1)",
+        name="ck_queues_rate_per_key",
     ),
     CheckConstraint(
         "(rate_count IS NULL AND rate_seconds IS NULL) OR (rate_count >= 1 AND rate_seconds >= 1)",
@@ -255,6 +276,25 @@ limit_keys = Table(
     Column("limit_key", Text, primary_key=True),
     Column("running", Integer, nullable=False),
     Column("head_id", Id),
+    #: A key whose rate window is full: no head until this time (a claim then frees it).
+    Column("blocked_until", Time),
+)
+Index("ix_durablesched_limit_keys_blocked", limit_keys.c.queue, limit_keys.c.blocked_until)
+
+#: When each attempt of a limit key started, in queues with a rate per key, as long as
+#: its window remembers it (two windows, as ``durablesched_queue_starts``).
+key_starts = Table(
+    "durablesched_key_starts",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("limit_key", Text, nullable=False),
+    Column("at", Time, nullable=False),
+)
+Index(
+    "ix_durablesched_key_starts",
+    key_starts.c.queue,
+    key_starts.c.limit_key,
+    key_starts.c.at,
 )
 
 # -- schedules (docs/schedules.md) -----------------------------------------------------------

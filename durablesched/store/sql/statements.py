@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.sql.elements import BindParameter
 
+from durablesched.queues import KEY_CAP_UNLIMITED
 from durablesched.records import SUBMITTED, Environment
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, KEY_HOLDING_SQL
 
@@ -43,12 +44,13 @@ SQL_HELD_BY_OWNER = text(
 TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
-    "created_at, updated_at, finished_at, environment, queue, priority, limit_key, started_at"
+    "created_at, updated_at, finished_at, environment, queue, priority, limit_key, started_at, "
+    "debounce_key"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
     "id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue, "
-    "priority, created_at"
+    "priority, created_at, limit_key"
 )
 #: Names bound one parameter each (an expanding IN), compared exactly as stored.
 NAMES_FILTER = "AND name IN :names"
@@ -80,6 +82,20 @@ KEY_HOLDER_CONFLICT = (
 )
 #: One keyed task, or nothing if a key-holding task has its key (``RETURNING`` tells).
 INSERT_KEYED_TASK = f"{INSERT_TASK} {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
+#: A debounced task: new, or (a task PENDING with its debounce key, never started) that
+#: task with these arguments, due at this submit's due time but no later than its
+#: ``debounce_until``. Its id tells which (``:id`` was allocated for a new one).
+SQL_INSERT_DEBOUNCED = text(
+    "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
+    "created_at, updated_at, queue, priority, limit_key, debounce_key, debounce_until) "
+    "VALUES (:id, :id, :name, :args, 'PENDING', :due_at, 0, :max_attempts, 0, :now, :now, "
+    ":queue, :priority, :limit_key, :debounce_key, :debounce_until) "
+    "ON CONFLICT (debounce_key) WHERE debounce_key IS NOT NULL DO UPDATE SET "
+    "args = excluded.args, updated_at = excluded.updated_at, due_at = CASE "
+    "WHEN tasks.debounce_until IS NOT NULL AND tasks.debounce_until < excluded.due_at "
+    "THEN tasks.debounce_until ELSE excluded.due_at END "
+    "RETURNING id, created_at"
+)
 #: Whether queue ``:name`` has its row.
 SQL_QUEUE_EXISTS = text("SELECT 1 FROM durablesched_queues WHERE name = :name")
 #: A queue's row, made the first time a task is submitted to it.
@@ -91,23 +107,29 @@ SQL_ENSURE_QUEUE = text(
 
 #: Every queue and its limits.
 QUEUE_ROWS = (
-    "SELECT name, concurrency, rate_count, rate_seconds, paused, concurrency_per_key "
-    "FROM durablesched_queues "
+    "SELECT name, concurrency, rate_count, rate_seconds, paused, concurrency_per_key, "
+    "rate_per_key_count, rate_per_key_seconds FROM durablesched_queues "
     "ORDER BY name"
 )
 SQL_QUEUES = text(QUEUE_ROWS)
 #: A queue's limits set (the row made if new).
 SQL_PUT_QUEUE = text(
     "INSERT INTO durablesched_queues (name, concurrency, rate_count, rate_seconds, paused, "
-    "updated_at, concurrency_per_key) VALUES (:name, :concurrency, :rate_count, :rate_seconds, "
-    ":paused, :now, :concurrency_per_key) "
+    "updated_at, concurrency_per_key, rate_per_key_count, rate_per_key_seconds) "
+    "VALUES (:name, :concurrency, :rate_count, :rate_seconds, :paused, :now, "
+    ":concurrency_per_key, :rate_per_key_count, :rate_per_key_seconds) "
     "ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, "
     "concurrency_per_key = excluded.concurrency_per_key, "
+    "rate_per_key_count = excluded.rate_per_key_count, "
+    "rate_per_key_seconds = excluded.rate_per_key_seconds, "
     "rate_count = excluded.rate_count, rate_seconds = excluded.rate_seconds, "
     "paused = excluded.paused, updated_at = excluded.updated_at"
 )
 #: A queue's concurrency per key (no row: none).
-SQL_QUEUE_PER_KEY = text("SELECT concurrency_per_key FROM durablesched_queues WHERE name = :name")
+SQL_QUEUE_PER_KEY = text(
+    "SELECT COALESCE(concurrency_per_key, CASE WHEN rate_per_key_count IS NOT NULL "
+    f"THEN {KEY_CAP_UNLIMITED} END) FROM durablesched_queues WHERE name = :name"
+)
 #: A queue's concurrency per key changed: forget its keys' heads, let every task of it be
 #: claimed, then (with a limit per key) hold back every keyed claimable task ...
 SQL_FORGET_KEYS = text("DELETE FROM durablesched_limit_keys WHERE queue = :name")
@@ -126,8 +148,55 @@ SQL_TOUCH_KEYS = text(
 #: Per queue with a concurrency per key, how many keys have that many RUNNING.
 SQL_KEYS_AT_LIMIT = text(
     "SELECT k.queue, count(*) FROM durablesched_limit_keys k JOIN durablesched_queues q "
-    "ON q.name = k.queue WHERE k.running >= q.concurrency_per_key GROUP BY k.queue"
+    "ON q.name = k.queue WHERE k.running >= q.concurrency_per_key "
+    "OR k.blocked_until IS NOT NULL GROUP BY k.queue"
 )
+#: Rates per key (``claiming._unblock_keys``, ``claiming._count_key_starts``): the keys
+#: whose full window has passed, freed and given a head (by the triggers, touching the
+#: key's first claimable task) ...
+SQL_KEYS_TO_FREE = text(
+    "SELECT limit_key FROM durablesched_limit_keys WHERE queue = :queue "
+    "AND blocked_until <= :now ORDER BY limit_key"
+)
+SQL_FREE_KEY = text(
+    "UPDATE durablesched_limit_keys SET blocked_until = NULL "
+    "WHERE queue = :queue AND limit_key = :key"
+)
+SQL_TOUCH_KEY = text(
+    "UPDATE tasks SET state = state WHERE id = (SELECT id FROM tasks WHERE queue = :queue "
+    f"AND limit_key = :key AND {CLAIMABLE_SQL} ORDER BY due_at, priority DESC, seq LIMIT 1)"
+)
+#: ... each start remembered, the older ones forgotten, the window's counted ...
+SQL_REMEMBER_KEY_START = text(
+    "INSERT INTO durablesched_key_starts (queue, limit_key, at) VALUES (:queue, :key, :at)"
+)
+SQL_FORGET_KEY_STARTS = text(
+    "DELETE FROM durablesched_key_starts WHERE queue = :queue AND limit_key = :key "
+    "AND at <= :before"
+)
+SQL_KEY_STARTS = text(
+    "SELECT at FROM durablesched_key_starts WHERE queue = :queue AND limit_key = :key "
+    "AND at > :since"
+)
+#: ... and a key whose window is full left without a head until it passes.
+SQL_KEY_HEAD = text(
+    "SELECT head_id FROM durablesched_limit_keys WHERE queue = :queue AND limit_key = :key"
+)
+SQL_BLOCK_KEY = text(
+    "UPDATE durablesched_limit_keys SET blocked_until = :until, head_id = NULL "
+    "WHERE queue = :queue AND limit_key = :key"
+)
+SQL_HOLD_BACK = text(
+    f"UPDATE tasks SET key_waiting = 1 WHERE id = :id AND key_waiting = 0 AND {CLAIMABLE_SQL}"
+)
+#: When the first key whose rate window is full (of the queues, if given) may start again.
+SQL_NEXT_KEY_FREE = text(
+    "SELECT min(blocked_until) FROM durablesched_limit_keys WHERE blocked_until > :now"
+)
+SQL_NEXT_KEY_FREE_IN = text(
+    "SELECT min(blocked_until) FROM durablesched_limit_keys WHERE blocked_until > :now "
+    "AND queue IN :queues"
+).bindparams(bindparam("queues", expanding=True))
 #: How many tasks of queue ``:queue`` run now, anywhere.
 SQL_RUNNING_IN_QUEUE = text("SELECT count(*) FROM tasks WHERE state = 'RUNNING' AND queue = :queue")
 #: The starts a rate window still remembers, and the forgetting of older ones.

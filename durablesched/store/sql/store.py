@@ -96,6 +96,8 @@ from durablesched.store.sql.statements import (
     SQL_LEASES,
     SQL_NEXT_DUE,
     SQL_NEXT_EXPIRY,
+    SQL_NEXT_KEY_FREE,
+    SQL_NEXT_KEY_FREE_IN,
     SQL_PUT_QUEUE,
     SQL_QUEUE_PER_KEY,
     SQL_QUEUE_STARTS,
@@ -588,6 +590,17 @@ class SQLStore(Transactions):
                 frees = limits.rate_frees_at([from_db_time(t) for (t,) in starts], now)
                 if frees is not None:
                     found.append(frees)
+            # A key whose rate window is full: when it may start again.
+            if queues is None:
+                key_free = conn.execute(SQL_NEXT_KEY_FREE, params).scalar()
+            elif queues:
+                key_free = conn.execute(
+                    SQL_NEXT_KEY_FREE_IN, {"now": params["now"], "queues": sorted(queues)}
+                ).scalar()
+            else:
+                key_free = None
+            if key_free is not None:
+                found.append(from_db_time(key_free))
         return min(found, default=None)
 
     # -- queues ---------------------------------------------------------------------------------
@@ -597,7 +610,7 @@ class SQLStore(Transactions):
             return [queue_limits(r) for r in conn.execute(SQL_QUEUES)]
 
     def put_queue(self, limits: QueueLimits, now: datetime) -> None:
-        rate = limits.rate
+        rate, key_rate = limits.rate, limits.rate_per_key
         params = {
             "name": limits.name,
             "concurrency": limits.concurrency,
@@ -606,6 +619,8 @@ class SQLStore(Transactions):
             "paused": int(limits.paused),
             "now": self._t(now),
             "concurrency_per_key": limits.concurrency_per_key,
+            "rate_per_key_count": None if key_rate is None else key_rate.count,
+            "rate_per_key_seconds": None if key_rate is None else int(key_rate.per.total_seconds()),
         }
         name = {"name": limits.name}
         with self._write(f"setting queue {limits.name!r}") as conn:
@@ -613,10 +628,10 @@ class SQLStore(Transactions):
                 conn.execute(self.dialect.lock_queues, {"names": [limits.name]})
             before = conn.execute(SQL_QUEUE_PER_KEY, name).scalar()
             conn.execute(SQL_PUT_QUEUE, params)
-            if before != limits.concurrency_per_key:
+            if before != limits.key_cap:
                 conn.execute(SQL_FORGET_KEYS, name)
                 conn.execute(SQL_UNBLOCK_KEYS, name)
-                if limits.concurrency_per_key is not None:
+                if limits.key_cap is not None:
                     conn.execute(SQL_BLOCK_KEYS, name)
                     conn.execute(SQL_TOUCH_KEYS, name)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once

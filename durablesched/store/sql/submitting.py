@@ -20,6 +20,7 @@ from durablesched.store.sql.statements import (
     SQL_ALLOCATE,
     SQL_ENSURE_QUEUE,
     SQL_FIND_KEY,
+    SQL_INSERT_DEBOUNCED,
     SQL_QUEUE_EXISTS,
 )
 from durablesched.store.sql.transactions import Executor, Transactions
@@ -35,6 +36,8 @@ def insert(
     """Store ``tasks`` in ``conn``'s transaction; a task whose key is held is not stored."""
     if not tasks:
         return []
+    if any(task.debounce_key is not None for task in tasks):
+        return _with_debounced(tx, conn, tasks, now)
     if all(task.idempotency_key is None for task in tasks):
         # The bulk path: no key to look up, every task is new.
         ids = insert_new(tx, conn, tasks, now)
@@ -74,6 +77,50 @@ def insert(
         # A key another transaction stored in the meantime: its task, not created here.
         result.append(got if isinstance(got, Submitted) else Submitted(got, slot[1], now))
     return result
+
+
+def _with_debounced(
+    tx: Transactions, conn: Executor, tasks: Sequence[NewTask], now: datetime
+) -> list[Submitted]:
+    """Each debounced task on its own, the runs of others between them together (as
+    ``insert``), in order: ids are taken in the order the tasks were given."""
+    result: list[Submitted] = []
+    run: list[NewTask] = []
+    for task in tasks:
+        if task.debounce_key is None:
+            run.append(task)
+            continue
+        result.extend(insert(tx, conn, run, now))
+        run = []
+        result.append(_debounce(tx, conn, task, now))
+    result.extend(insert(tx, conn, run, now))
+    return result
+
+
+def _debounce(tx: Transactions, conn: Executor, task: NewTask, now: datetime) -> Submitted:
+    """A debounced task stored, or the pending task with its key updated (last wins)."""
+    (task_id,) = allocate(tx, conn, 1)
+    ensure_queues(tx, conn, [task])
+    until = task.debounce_until
+    params = {
+        "id": task_id,
+        "name": task.name,
+        "args": task.args_json if task.args_json is not None else dump(task.args),
+        "due_at": tx._t(task.due_at),
+        "max_attempts": task.max_attempts,
+        "now": tx._t(now),
+        "queue": task.queue,
+        "priority": task.priority,
+        "limit_key": task.limit_key,
+        "debounce_key": task.debounce_key,
+        "debounce_until": None if until is None else tx._t(until),
+    }
+    stored, created_at = conn.execute(SQL_INSERT_DEBOUNCED, params).first()
+    if stored != task_id:
+        return Submitted(stored, False, from_db_time(created_at))
+    record_submissions(tx, conn, [task_id])
+    tx._wake_others(conn)
+    return Submitted(task_id, True, now)
 
 
 def allocate(tx: Transactions, conn: Executor, n: int) -> Sequence[int]:
