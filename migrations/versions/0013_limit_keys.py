@@ -50,7 +50,11 @@ CAP = (
 
 def _sqlite_sync(q: str, k: str, changed: str) -> str:
     """The statements that bring key (``q``, ``k``) up to date after task ``changed``
-    (an SQL expression, NULL for none) changed, as a SQLite trigger body."""
+    (an SQL expression, NULL for none) changed, as a SQLite trigger body.
+
+    No ``INSERT OR IGNORE`` in it: the statement that fires a trigger imposes its own
+    conflict algorithm on the trigger's statements, and a debounced submit's upsert
+    (ABORT) made the key's second insert fail."""
     key = f"queue = {q} AND limit_key = {k}"
     cap = (
         "(SELECT COALESCE(concurrency_per_key, CASE WHEN rate_per_key_count IS NOT NULL "
@@ -58,8 +62,9 @@ def _sqlite_sync(q: str, k: str, changed: str) -> str:
     )
     head = f"(SELECT head_id FROM durablesched_limit_keys WHERE {key})"
     return f"""
-        INSERT OR IGNORE INTO durablesched_limit_keys (queue, limit_key, running, head_id)
-            SELECT {q}, {k}, 0, NULL WHERE {cap} IS NOT NULL;
+        INSERT INTO durablesched_limit_keys (queue, limit_key, running, head_id)
+            SELECT {q}, {k}, 0, NULL WHERE {cap} IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM durablesched_limit_keys WHERE {key});
         UPDATE durablesched_limit_keys SET running =
             (SELECT count(*) FROM tasks WHERE {key} AND state = 'RUNNING') WHERE {key};
         UPDATE durablesched_limit_keys SET head_id = NULL WHERE {key} AND head_id IS NOT NULL

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from durablesched import InvalidTaskError, ManualClock, Scheduler, TaskRegistry, TaskState
+from durablesched.queues import QueueLimits
 from durablesched.records import NewTask
 
 from ..conftest import T0, BackendStore, at
@@ -38,6 +39,21 @@ def test_a_pending_task_takes_the_last_arguments_and_the_later_due_time(
     assert task is not None and (task.args, task.due_at) == ({"doc": 3}, at(60))
     assert store.claim("w", 5, at(59), LEASE) == []
     (claim,) = store.claim("w", 5, at(60), LEASE)
+    assert (claim.task_id, claim.args) == (first.task_id, {"doc": 3})
+
+
+def test_a_debounced_task_with_a_limit_key_in_a_queue_limited_per_key(
+    store: BackendStore,
+) -> None:
+    """The upsert of a debounced submit updates a task whose key's row exists: on SQLite
+    it used to abort (the upsert's conflict algorithm overrode the triggers' OR IGNORE)."""
+    keyed = debounced(1, due=30)._replace(limit_key="customer:1")
+    (first,) = store.submit([keyed], at(0))
+    store.put_queue(QueueLimits("default", concurrency_per_key=1), at(0))
+    for doc in (2, 3):
+        (again,) = store.submit([keyed._replace(args={"doc": doc})], at(doc))
+        assert (again.task_id, again.created) == (first.task_id, False)
+    (claim,) = store.claim("w", 5, at(30), LEASE)
     assert (claim.task_id, claim.args) == (first.task_id, {"doc": 3})
 
 
