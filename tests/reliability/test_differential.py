@@ -801,7 +801,7 @@ class StoresAgree(RuleBasedStateMachine):
     def complete(self, data: st.DataObject, result: int, children: int) -> None:
         self.op = "complete"
         claim = data.draw(st.sampled_from(self.held))
-        kids = self.new_tasks(data, children, "child")
+        kids = self.new_tasks(data, children, "child", debounce=False)
         self.both("complete", claim, {"r": result}, self.now(), children=kids)
 
     @precondition(lambda self: self.held)
@@ -843,7 +843,10 @@ class StoresAgree(RuleBasedStateMachine):
         claim = data.draw(st.sampled_from(lost), label="lost claim")
         if kind == "complete":
             assert (
-                self.both("complete", claim, 1, now, children=self.new_tasks(data, 1, "x")) is False
+                self.both(
+                    "complete", claim, 1, now, children=self.new_tasks(data, 1, "x", debounce=False)
+                )
+                is False
             )
         elif kind == "fail":
             assert self.both("fail", claim, BOOM, now, now) is None
@@ -939,7 +942,9 @@ class StoresAgree(RuleBasedStateMachine):
                     if kind == "retry"
                     else None,
                     cancelled=kind == "cancel",
-                    children=tuple(self.new_tasks(data, data.draw(st.integers(1, 2)), "kid"))
+                    children=tuple(
+                        self.new_tasks(data, data.draw(st.integers(1, 2)), "kid", debounce=False)
+                    )
                     if kind in ("children", "bad effect")
                     else (),
                     effects=(_effect(claim.task_id, fails=kind == "bad effect"),)
