@@ -131,7 +131,7 @@ class WorkerOptions:
     burst_wait: float
     queues: dict[str, int] | None = None
     unknown_tasks: str = "skip"
-    ahead: int = 8
+    ahead: int = 0
     ahead_window: float = 0.05
 
 
