@@ -31,9 +31,11 @@ SQL_START_LINE = text(
     "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING')"
 )
 #: Per queue, the RUNNING tasks claimed ahead and not started (few: read by state).
+#: Grouped by an expression: grouped by the column, SQLite walked every task in
+#: ``ix_tasks_queue_created`` order (1.5 s of a /metrics scrape at 1M tasks).
 SQL_WAITING_BY_QUEUE = text(
-    "SELECT queue, count(*) FROM tasks WHERE state = 'RUNNING' AND started_at IS NULL "
-    "GROUP BY queue"
+    "SELECT queue || '' AS queue, count(*) FROM tasks "
+    "WHERE state = 'RUNNING' AND started_at IS NULL GROUP BY 1"
 )
 #: Per owner, the RUNNING tasks it holds, and how many of them started.
 SQL_HELD_BY_OWNER = text(
