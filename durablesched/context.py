@@ -335,30 +335,7 @@ class TaskContext:
         Its handle cannot be waited on here (:class:`WaitInTaskError`: the wait would
         hold this worker slot), and has its id only once stored.
         """
-        options = task.submit_options
-        if options.connection is not None:
-            raise InvalidTaskError(
-                "a child task is stored in its parent's success transaction: connection= "
-                "has no meaning here"
-            )
-        child = build_task(
-            task.definition.name,
-            kwargs,
-            now=self.now(),
-            at=options.at,
-            delay=options.delay,
-            max_attempts=options.max_attempts,
-            key=options.key,
-            registry=self.scheduler.registry,
-            queue=options.queue,
-            priority=options.priority,
-            positional=args or None,
-            definition=task.definition,
-        )
-        tracer = tracing_hook.tracer
-        if tracer is not None:
-            child = tracer.carry(child)
-        self.children.append(child)
+        self.children.append(_children.child_task(self, task, args, kwargs, "its parent's success"))
         return TaskHandle(self.scheduler, None, task.definition.name)
 
     # -- workflows (docs/workflows.md) ---------------------------------------------------------

@@ -21,7 +21,7 @@ from durablesched.errors import (
     TaskNotFoundError,
 )
 from durablesched.handles import TaskHandle
-from durablesched.records import ErrorInfo, TaskRecord
+from durablesched.records import ErrorInfo, NewTask, TaskRecord
 from durablesched.states import TaskState
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
@@ -47,14 +47,26 @@ def spawn(
     if found is not None:
         (child_id,) = found.result["ids"]
         return TaskHandle(ctx.scheduler, child_id, name)
+    child = child_task(ctx, task, args, kwargs, "its parent's checkpoint")
+    submitted = ctx.scheduler.store.spawn(ctx.claim, position, step, [child], ctx.now())
+    if submitted is None:
+        raise refused(ctx, position, step)
+    return TaskHandle(ctx.scheduler, submitted[0].task_id, name)
+
+
+def child_task(
+    ctx: TaskContext, task: Task[..., Any], args: tuple[Any, ...], kwargs: Any, stored_in: str
+) -> NewTask:
+    """A child of ``ctx``'s attempt calling ``task`` with these arguments, checked and
+    traced, to be stored in ``stored_in`` transaction (where ``connection=`` has no
+    meaning): what :meth:`TaskContext.enqueue` and :meth:`TaskContext.spawn` store."""
     options = task.submit_options
     if options.connection is not None:
         raise InvalidTaskError(
-            "a spawned child is stored in its parent's checkpoint transaction: connection= "
-            "has no meaning here"
+            f"a child task is stored in {stored_in} transaction: connection= has no meaning here"
         )
     child = build_task(
-        name,
+        task.definition.name,
         kwargs,
         now=ctx.now(),
         at=options.at,
@@ -68,12 +80,7 @@ def spawn(
         definition=task.definition,
     )
     tracer = tracing_hook.tracer
-    if tracer is not None:
-        child = tracer.carry(child)
-    submitted = ctx.scheduler.store.spawn(ctx.claim, position, step, [child], ctx.now())
-    if submitted is None:
-        raise refused(ctx, position, step)
-    return TaskHandle(ctx.scheduler, submitted[0].task_id, name)
+    return child if tracer is None else tracer.carry(child)
 
 
 def _ids(handles: Sequence[TaskHandle[Any]], what: str) -> list[int]:
