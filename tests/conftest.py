@@ -36,6 +36,9 @@ T0 = datetime(2030, 1, 1, 0, 0, 10, tzinfo=UTC)
 WAIT = 10.0
 
 BACKENDS = ["memory", "sqlite", "postgres"]
+SQL_BACKENDS = ["sqlite", "postgres"]
+# A test of what only a database has (purge, views, effects) runs on the SQL backends only:
+sql_backends_only = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 #: The PostgreSQL server the tests use; each test gets a schema of its own in it.
 PG_URL = os.environ.get("DURABLESCHED_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

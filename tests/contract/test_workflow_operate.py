@@ -27,7 +27,7 @@ from durablesched import (
 from durablesched.records import NewTask
 from durablesched.store.sql.store import SQLStore
 
-from ..conftest import T0, BackendStore, at
+from ..conftest import T0, BackendStore, at, sql_backends_only
 from ..unit.test_cli_edges import Run, db, run
 
 __all__ = ["db", "run"]
@@ -67,11 +67,11 @@ def test_a_live_workflows_steps_are_not_forgotten(store: BackendStore) -> None:
     assert len(store.steps(claim.task_id)) == 1
 
 
+@sql_backends_only
 def test_purge_takes_the_steps_signals_and_children_links_with_the_task(
     store: BackendStore,
 ) -> None:
-    if not isinstance(store, SQLStore):
-        pytest.skip("purge is the SQL backends' (delete_task, on every backend, is tested)")
+    assert isinstance(store, SQLStore)
     task_id = a_failed_workflow(store)
     assert store.purge(at(3600)) == 1
     assert store.steps(task_id) == [] and store.signals(task_id) == []
@@ -80,9 +80,9 @@ def test_purge_takes_the_steps_signals_and_children_links_with_the_task(
             assert conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar() == 0
 
 
+@sql_backends_only
 def test_the_views_list_steps_and_signals(store: BackendStore) -> None:
-    if not isinstance(store, SQLStore):
-        pytest.skip("the views are SQL")
+    assert isinstance(store, SQLStore)
     a_failed_workflow(store)
     with store.engine.connect() as conn:
         steps = conn.execute(

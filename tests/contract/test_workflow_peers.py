@@ -9,13 +9,11 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
-
 from durablesched import ManualClock, Scheduler, TaskContext, TaskRegistry, TaskState, Worker
 from durablesched.records import NewTask
 from durablesched.store.sql.store import SQLStore
 
-from ..conftest import T0, WAIT, BackendStore, at
+from ..conftest import T0, WAIT, BackendStore, at, sql_backends_only
 
 LEASE = timedelta(seconds=30)
 
@@ -80,11 +78,11 @@ def test_a_signal_taken_before_a_reclaim_replays_the_same_payload(
     assert [s.consumed_position for s in store.signals(first.task_id)] == [1, None]
 
 
+@sql_backends_only
 def test_a_reused_key_after_a_purge_never_replays_the_old_steps(
     store: BackendStore, scheduler: Scheduler, registry: TaskRegistry, clock: ManualClock
 ) -> None:
-    if not isinstance(store, SQLStore):
-        pytest.skip("purge is the SQL backends'; delete_task is the same on every backend")
+    assert isinstance(store, SQLStore)
     runs: list[int] = []
 
     def charge(task_id: int) -> int:
