@@ -384,3 +384,40 @@ def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: Manua
         assert not some.is_set()  # every backend names them
     finally:
         watcher.close()
+
+
+def test_a_finish_watcher_asked_for_a_batch_loses_nothing(
+    store: BackendStore, clock: ManualClock
+) -> None:
+    """Answered True (a batch), a watcher may keep what finishes next until nudged; after
+    the nudge it tells all of it (PostgreSQL: the notifications waited in its
+    connection; SQLite: the look covers every line written meanwhile)."""
+    scheduler = Scheduler(store, clock=clock)
+    ids = [scheduler.submit("t") for _ in range(3)]
+    heard: set[int] = set()
+    told = threading.Condition()
+
+    def on_finished(task_ids: Collection[int] | None) -> bool:
+        with told:
+            heard.update(ids if task_ids is None else task_ids)
+            told.notify_all()
+        return True
+
+    def hears(expected: set[int]) -> bool:
+        with told:
+            return told.wait_for(lambda: expected <= heard, WAIT)
+
+    watcher = store.watch_finished()
+    assert watcher is not None
+    watcher.start(on_finished)
+    try:
+        (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+        store.complete(claim, 1, clock.now())
+        assert hears({ids[0]})
+        (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+        store.complete(claim, 2, clock.now())
+        scheduler.cancel(ids[2])
+        watcher.nudge()
+        assert hears(set(ids))
+    finally:
+        watcher.close()

@@ -62,10 +62,11 @@ class SQLDialect:
     minute_counts: TextClause
     #: Per queue and state, the live tasks and the oldest due (``queue_info(finished=False)``).
     live_queue_counts: TextClause
-    #: Of the task ids ``:ids`` (one parameter, bound by :attr:`ids`), rows ``(id, state)``
-    #: of the finished tasks and, with state NULL, of the ids no task has
-    #: (``Store.finished``): a read that costs what it finds, not what it asks about.
-    finished_states: TextClause
+    #: Of the task ids ``:ids`` (one parameter, bound by :attr:`ids`), rows ``(id, name,
+    #: state, attempts, result, last_error, finished_at)`` of the finished tasks and, with
+    #: state NULL, of the ids no task has (``Store.finished``): one statement that costs
+    #: what it finds, not what it asks about; as the driver takes it (a hot path).
+    finished_outcomes: str
     #: How a list of task ids is bound to one parameter.
     ids: Callable[[list[int]], Any]
     #: The task list's index for a state filter, by state (``Console.find_tasks``),
