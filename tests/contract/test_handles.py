@@ -30,6 +30,7 @@ from durablesched import (
     WaitInTaskError,
 )
 from durablesched.records import Outcome
+from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
 
 from ..conftest import BackendStore
@@ -421,3 +422,24 @@ def test_a_finish_watcher_asked_for_a_batch_loses_nothing(
         assert hears(set(ids))
     finally:
         watcher.close()
+
+
+def test_finished_reads_again_on_a_new_connection_when_its_own_broke(
+    store: BackendStore, clock: ManualClock
+) -> None:
+    """The SQL stores read ``finished`` on a connection kept for it (no pool, no
+    transaction); one broken under it (a database restart) is replaced at once and the
+    read made again: the waiting handles see no error."""
+    if not isinstance(store, SQLStore):
+        pytest.skip("the in-memory store reads no connection")
+    scheduler = Scheduler(store, clock=clock)
+    task_id = scheduler.submit("t")
+    scheduler.cancel(task_id)
+    assert set(store.finished([task_id])) == {task_id}
+    kept = store._lone
+    assert kept is not None
+    kept.close()  # as a restart leaves it
+    found = store.finished([task_id])
+    record = found[task_id]
+    assert record is not None and record.state is TaskState.CANCELLED
+    assert store._lone is not kept

@@ -75,6 +75,9 @@ class SQLDialect:
     find_hints: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
+    #: Puts a driver connection of this database's engine in autocommit: each statement
+    #: its own transaction (``Transactions._lone_rows``). SQLite's engine's are already.
+    autocommit: Callable[[Any], None] = lambda _connection: None
     #: ``:n`` fresh task ids (and ``seq`` values) as rows, ascending, taken without a
     #: lock that outlasts the statement (a sequence), as the driver takes it; None:
     #: the counter row (``statements.SQL_ALLOCATE``), where one writer at a time is

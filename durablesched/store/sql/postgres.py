@@ -273,6 +273,12 @@ FINISHED_OUTCOMES = pyformat(
 )
 
 
+def autocommit(connection: Any) -> None:
+    """A psycopg connection in autocommit: a lone read holds no transaction open."""
+    connection.rollback()
+    connection.autocommit = True
+
+
 #: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
 #: timestamptz, history written by the claim and group commit themselves.
 POSTGRES = SQLDialect(
@@ -297,6 +303,7 @@ POSTGRES = SQLDialect(
     finished_outcomes=FINISHED_OUTCOMES,
     ids=list,
     driver=pyformat,
+    autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     lock_tasks=text(LOCK_TASKS).bindparams(bindparam("ids", expanding=True)),
     notify=text(NOTIFY),

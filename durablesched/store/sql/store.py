@@ -192,11 +192,12 @@ class SQLStore(Transactions):
     def finished(self, task_ids: Collection[int]) -> dict[int, Finished | None]:
         wanted = sorted(set(task_ids))
         found: dict[int, Finished | None] = {}
-        with self._read("reading which tasks finished") as conn:
+        with translated("reading which tasks finished"):
             for start in range(0, len(wanted), _IDS_PER_READ):
                 chunk = wanted[start : start + _IDS_PER_READ]
                 ids = {"ids": self.dialect.ids(chunk)}
-                for r in self._rows(conn, self.dialect.finished_outcomes, ids):
+                # One statement, no transaction: each task's outcome is final once read.
+                for r in self._lone_rows(self.dialect.finished_outcomes, ids):
                     found[int(r[0])] = None if r[2] is None else finished_outcome(r)
         return found
 
