@@ -459,7 +459,10 @@ class NotifyWatcher:
         return conn
 
     def start(self, on_change: OnChange) -> None:
-        self._start(lambda _payloads: on_change(None))
+        def deliver(_payloads: list[str] | None) -> None:
+            on_change(None)  # its answer is not heeded: see nudge()
+
+        self._start(deliver)
 
     def start_payloads(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
         """Call ``deliver(payloads)`` with what each wake-up heard, or None where some
