@@ -1,6 +1,15 @@
 """Durable workflows (issue 31's targets), on SQLite and PostgreSQL.
 
 - ``steps``: W workflows of S no-op steps drained by one worker: steps per second.
+- ``dbos``: the same W workflows of S no-op ``@DBOS.step`` steps through DBOS (3.4+,
+  ``pip install dbos``; left out, with the reason, when it is not installed), as a
+  DBOS user writes them (``benchmarks/dbos_workflows.py``): enqueued on a queue at
+  DBOS's defaults and run by one DBOS process, in a process of its own, timed from
+  the first enqueue to the last ``get_result()``. On SQLite twice, each on a fresh
+  file of its own: at DBOS's defaults (SQLite's rollback journal) and with the file
+  put in WAL mode first; on PostgreSQL in a schema of its own in the same database
+  (``dbos_bench_<pid>``, dropped afterwards). Steps per second, and ours over
+  DBOS's: targets >= 4 (defaults) and >= 2 (WAL) on SQLite, >= 3 on PostgreSQL.
 - ``chain``: the same work as chained child tasks (each step a task that enqueues the
   next, in its success transaction): seconds per step, and ``step_cost_ratio``, a
   workflow step's cost over a chained task's: target <= 1.5.
@@ -14,7 +23,7 @@
   checkpoints read and replayed), ms: target <= 50 ms for R = 1,000.
 
     python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
-        [--sleeping N] [--rounds K] [--replay R] [--out FILE]
+        [--sleeping N] [--rounds K] [--replay R] [--no-dbos] [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -22,19 +31,30 @@ Run it on a quiet machine: timings are meaningless while other work runs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
 
 from durablesched import Scheduler, TaskContext, TaskRegistry, TaskState, Worker, open_store
 from durablesched.records import NewTask, Outcome
 from durablesched.store.protocol import Store
+
+from .common import ROOT, bench_env, fresh
 
 registry = TaskRegistry()
 
@@ -92,6 +112,58 @@ def steps_and_chain(db: str, workflows: int, steps: int) -> dict[str, float]:
         "chained_task_s": chain_s / total,
         "step_cost_ratio": (flow_s / total) / (chain_s / total),
     }
+
+
+def dbos_installed() -> bool:
+    return importlib.util.find_spec("dbos") is not None
+
+
+def dbos_steps(url: str, workflows: int, steps: int, schema: str | None = None) -> float:
+    """DBOS's steps per second for the same work, in a process of its own."""
+    command = [sys.executable, "-m", "benchmarks.dbos_workflows", "--url", url,
+               "--workflows", str(workflows), "--steps", str(steps)]  # fmt: skip
+    if schema is not None:
+        command += ["--schema", schema]
+    done = subprocess.run(  # noqa: S603 - our own script, fixed arguments
+        command,
+        check=False,
+        cwd=ROOT,
+        env=bench_env(),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode:
+        raise RuntimeError(f"DBOS's run failed: {done.stderr[-2000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(figures["steps"]) / float(figures["seconds"])
+
+
+def dbos_side(name: str, db: str, workflows: int, steps: int, ours: float) -> dict[str, Any]:
+    """DBOS on the same database kind as ``db``, and ours (steps/s) over it."""
+    if not dbos_installed():
+        return {"skipped": "dbos is not installed (pip install 'dbos>=3.4')"}
+    if name == "sqlite":
+        defaults = fresh(Path(db).with_name("dbos-defaults.db"))
+        wal = fresh(Path(db).with_name("dbos-wal.db"))
+        with closing(sqlite3.connect(wal)) as conn:  # kept by the file from now on
+            conn.execute("PRAGMA journal_mode=WAL")
+        at_defaults = dbos_steps(f"sqlite:///{defaults}", workflows, steps)
+        on_wal = dbos_steps(f"sqlite:///{wal}", workflows, steps)
+        return {
+            "defaults_steps_per_s": at_defaults,
+            "wal_steps_per_s": on_wal,
+            "ratio_defaults": ours / at_defaults,
+            "ratio_wal": ours / on_wal,
+        }
+    url = urlsplit(db)._replace(query="").geturl()  # DBOS's own schema, not our search path
+    schema = f"dbos_bench_{os.getpid()}"
+    try:
+        at_defaults = dbos_steps(url, workflows, steps, schema)
+    finally:
+        with closing(psycopg.connect(url, autocommit=True)) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return {"steps_per_s": at_defaults, "ratio": ours / at_defaults}
 
 
 def signal_latency(db: str, rounds: int) -> dict[str, float]:
@@ -199,16 +271,20 @@ def run(
     sleeping: int,
     rounds: int,
     recorded: int,
+    dbos: bool = True,
 ) -> dict[str, Any]:
-    return {
-        name: {
-            "steps": steps_and_chain(db, workflows, steps),
-            "signal": signal_latency(db, rounds),
-            "replay": replay(db, recorded),
-            "sleeping": sleeping_claim(db, sleeping, rounds),
-        }
-        for name, db in databases.items()
-    }
+    figures: dict[str, Any] = {}
+    for name, db in databases.items():
+        ours = steps_and_chain(db, workflows, steps)
+        figures[name] = {"steps": ours}
+        if dbos:
+            figures[name]["dbos"] = dbos_side(name, db, workflows, steps, ours["steps_per_s"])
+        figures[name].update(
+            signal=signal_latency(db, rounds),
+            replay=replay(db, recorded),
+            sleeping=sleeping_claim(db, sleeping, rounds),
+        )
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleeping", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--replay", type=int, default=1000)
+    parser.add_argument("--no-dbos", action="store_true", help="leave DBOS's side out")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             sleeping=args.sleeping,
             rounds=args.rounds,
             recorded=args.replay,
+            dbos=not args.no_dbos,
         )
     text = json.dumps(figures, indent=2)
     if args.out:

@@ -19,7 +19,7 @@ from durablesched.errors import (
     UnsupportedOperationError,
     WaitInTaskError,
 )
-from durablesched.records import CancelOutcome, TaskRecord
+from durablesched.records import CancelOutcome, Finished, TaskRecord
 from durablesched.states import TERMINAL, TaskState
 from durablesched.waiting import Waiter, Waiters
 
@@ -89,8 +89,9 @@ class TaskHandle(Generic[R]):
         Refused inside a running task (:class:`WaitInTaskError`).
         """
         _refuse_in_task(self)
-        record: TaskRecord | None = self._owner.get(self.id)
-        if record is not None and record.state not in TERMINAL:
+        task = self._owner.get(self.id)  # TaskNotFoundError if no task has the id
+        record: Finished | None = Finished.of(task)
+        if task.state not in TERMINAL:
             waiter = Waiter()
             waiters = self._owner.waiters
             waiters.add(self.id, waiter)
@@ -103,21 +104,21 @@ class TaskHandle(Generic[R]):
         return result
 
     async def aresult(self, timeout: float | None = None) -> R:
-        """:meth:`result` for asyncio code: awaits without blocking the event loop (and
-        without a read of its own: the waiting thread reads for every handle at once)."""
+        """:meth:`result` for asyncio code: awaits without blocking the event loop, and
+        without a read or a timer of its own: the waiting thread reads for every handle
+        at once and keeps their deadlines."""
         _refuse_in_task(self)
         waiter = Waiter(asyncio.get_running_loop())
         assert waiter.future is not None
         waiters = self._owner.waiters
-        waiters.add(self.id, waiter)
+        waiters.add(self.id, waiter, timeout)
         try:
-            async with asyncio.timeout(timeout):
-                record = await waiter.future
-        except BaseException as e:  # timed out, or the awaiting coroutine was cancelled
+            record = await waiter.future
+        except BaseException:  # the awaiting coroutine was cancelled
             waiters.discard(self.id, waiter)  # nothing if it was delivered meanwhile
-            if isinstance(e, TimeoutError):
-                raise TimeoutError(_timed_out(self.id, timeout)) from None
             raise
+        if waiter.expired:
+            raise TimeoutError(_timed_out(self.id, timeout))
         result: R = _outcome(self.id, record)
         return result
 
@@ -151,7 +152,7 @@ class TaskHandle(Generic[R]):
         return f"<TaskHandle {task}{name}>"
 
 
-def _outcome(task_id: int, record: TaskRecord | None) -> Any:
+def _outcome(task_id: int, record: Finished | None) -> Any:
     if record is None:
         raise TaskNotFoundError(f"no task with id {task_id} (deleted while waited on?)")
     if record.state is TaskState.SUCCEEDED:

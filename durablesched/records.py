@@ -164,6 +164,32 @@ class NewTask(NamedTuple):
     debounce_until: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A finished task as a waiting handle needs it (``Store.finished``): its outcome,
+    without the rest of its record, so that a wait costs the little it reads."""
+
+    id: int
+    name: str
+    state: TaskState
+    attempts: int
+    result: Any
+    last_error: ErrorInfo | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, record: TaskRecord) -> Finished:
+        return cls(
+            record.id,
+            record.name,
+            record.state,
+            record.attempts,
+            record.result,
+            record.last_error,
+            record.finished_at,
+        )
+
+
 class Submitted(NamedTuple):
     """What a submit did: the task's id, False if a live task already had the key, and
     when the task (that one, then) was stored: its ``created_at``, known without a read."""

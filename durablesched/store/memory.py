@@ -34,6 +34,7 @@ from durablesched.records import (
     Environment,
     ErrorInfo,
     Finding,
+    Finished,
     HealthReport,
     LeaseStatus,
     MinuteCounts,
@@ -173,13 +174,15 @@ class MemoryStore(MemoryWorkflows):
         with self._lock:
             return list(self._events.get(task_id, ()))
 
-    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
-        found: dict[int, TaskRecord | None] = {}
+    def finished(self, task_ids: Collection[int]) -> dict[int, Finished | None]:
+        found: dict[int, Finished | None] = {}
         with self._lock:
             for task_id in task_ids:
                 task = self._tasks.get(task_id)
-                if task is None or task.state in TERMINAL:
-                    found[task_id] = task
+                if task is None:
+                    found[task_id] = None
+                elif task.state in TERMINAL:
+                    found[task_id] = Finished.of(task)
         return found
 
     def list_tasks(
@@ -1362,6 +1365,9 @@ class MemoryFinishWatcher:
     def start(self, on_finished: OnFinished) -> None:
         self._on_finished = on_finished
         self._store._watch_finished(on_finished, True)
+
+    def nudge(self) -> None:
+        """Nothing kept to tell: the store tells each finish as it happens."""
 
     def close(self) -> None:
         if self._on_finished is not None:

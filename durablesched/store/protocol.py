@@ -20,6 +20,7 @@ from durablesched.records import (
     Activity,
     CancelOutcome,
     Claim,
+    Finished,
     HealthReport,
     LeaseStatus,
     MinuteCounts,
@@ -88,8 +89,9 @@ class ChangeWatcher(Protocol):
     def close(self) -> None: ...
 
 
-#: Told that tasks finished: their ids, or None when the watcher cannot say which.
-OnFinished = Callable[[Collection[int] | None], None]
+#: Told that tasks finished: their ids, or None when the watcher cannot say which; may
+#: answer True: see :meth:`FinishWatcher.start`.
+OnFinished = Callable[[Collection[int] | None], bool | None]
 
 
 class FinishWatcher(Protocol):
@@ -98,7 +100,16 @@ class FinishWatcher(Protocol):
 
     def start(self, on_finished: OnFinished) -> None:
         """Call ``on_finished(ids)`` after tasks finished (None: some may have, read them
-        all); nothing is lost between this call and the first report."""
+        all); nothing is lost between this call and the first report.
+
+        ``on_finished`` answering True asks for a batch: the watcher may keep what
+        finishes next to itself, for at most a quarter of a second, until :meth:`nudge`,
+        and then tell it all at once (never lose it).
+        """
+        ...
+
+    def nudge(self) -> None:
+        """End a batch now: tell what finished since the last report."""
         ...
 
     def close(self) -> None: ...
@@ -235,9 +246,9 @@ class Store(ScheduleStore, Protocol):
         """Up to ``limit`` tasks, filtered, in (due_at, seq) order."""
         ...
 
-    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
+    def finished(self, task_ids: Collection[int]) -> dict[int, Finished | None]:
         """Those of ``task_ids`` that are finished (SUCCEEDED, FAILED, CANCELLED), each
-        with its record, and those that no task has (None); live tasks are left out.
+        with its outcome, and those that no task has (None); live tasks are left out.
 
         One read however many ids: it answers every handle a process waits on.
         """

@@ -21,7 +21,7 @@ from durablesched.errors import (
     TaskNotFoundError,
 )
 from durablesched.handles import TaskHandle
-from durablesched.records import ErrorInfo, NewTask, TaskRecord
+from durablesched.records import ErrorInfo, Finished, NewTask
 from durablesched.states import TaskState
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
@@ -92,7 +92,7 @@ def _ids(handles: Sequence[TaskHandle[Any]], what: str) -> list[int]:
     return [handle.id for handle in handles]  # a child enqueued for success has none: refused
 
 
-def _seen(record: TaskRecord | None) -> dict[str, Any]:
+def _seen(record: Finished | None) -> dict[str, Any]:
     """A finished child as the gather step records it."""
     if record is None:
         return {"state": "MISSING"}
@@ -179,7 +179,7 @@ def wait_first(
     return handles[ids.index(first)]
 
 
-def _finished_at(record: TaskRecord | None) -> Any:
+def _finished_at(record: Finished | None) -> Any:
     """Ordering key: the time it finished (a missing task first: it is known ended)."""
     if record is None or record.finished_at is None:
         return ""

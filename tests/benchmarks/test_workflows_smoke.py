@@ -1,5 +1,5 @@
 """benchmarks/workflows.py runs end to end at small sizes on SQLite: every figure is
-produced. Not timed."""
+produced, DBOS's side too where DBOS is installed (the bench extra has it). Not timed."""
 
 from __future__ import annotations
 
@@ -21,3 +21,9 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
     assert figures["signal"]["p50_ms"] > 0
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
     assert figures["sleeping"]["ratio"] > 0
+    if workflows.dbos_installed():
+        dbos = figures["dbos"]
+        assert dbos["defaults_steps_per_s"] > 0 and dbos["wal_steps_per_s"] > 0
+        assert dbos["ratio_defaults"] > 0 and dbos["ratio_wal"] > 0
+    else:
+        assert "skipped" in figures["dbos"]

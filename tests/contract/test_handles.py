@@ -30,6 +30,7 @@ from durablesched import (
     WaitInTaskError,
 )
 from durablesched.records import Outcome
+from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
 
 from ..conftest import BackendStore
@@ -384,3 +385,61 @@ def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: Manua
         assert not some.is_set()  # every backend names them
     finally:
         watcher.close()
+
+
+def test_a_finish_watcher_asked_for_a_batch_loses_nothing(
+    store: BackendStore, clock: ManualClock
+) -> None:
+    """Answered True (a batch), a watcher may keep what finishes next until nudged; after
+    the nudge it tells all of it (PostgreSQL: the notifications waited in its
+    connection; SQLite: the look covers every line written meanwhile)."""
+    scheduler = Scheduler(store, clock=clock)
+    ids = [scheduler.submit("t") for _ in range(3)]
+    heard: set[int] = set()
+    told = threading.Condition()
+
+    def on_finished(task_ids: Collection[int] | None) -> bool:
+        with told:
+            heard.update(ids if task_ids is None else task_ids)
+            told.notify_all()
+        return True
+
+    def hears(expected: set[int]) -> bool:
+        with told:
+            return told.wait_for(lambda: expected <= heard, WAIT)
+
+    watcher = store.watch_finished()
+    assert watcher is not None
+    watcher.start(on_finished)
+    try:
+        (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+        store.complete(claim, 1, clock.now())
+        assert hears({ids[0]})
+        (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+        store.complete(claim, 2, clock.now())
+        scheduler.cancel(ids[2])
+        watcher.nudge()
+        assert hears(set(ids))
+    finally:
+        watcher.close()
+
+
+def test_finished_reads_again_on_a_new_connection_when_its_own_broke(
+    store: BackendStore, clock: ManualClock
+) -> None:
+    """The SQL stores read ``finished`` on a connection kept for it (no pool, no
+    transaction); one broken under it (a database restart) is replaced at once and the
+    read made again: the waiting handles see no error."""
+    if not isinstance(store, SQLStore):
+        pytest.skip("the in-memory store reads no connection")
+    scheduler = Scheduler(store, clock=clock)
+    task_id = scheduler.submit("t")
+    scheduler.cancel(task_id)
+    assert set(store.finished([task_id])) == {task_id}
+    kept = store._lone
+    assert kept is not None
+    kept.close()  # as a restart leaves it
+    found = store.finished([task_id])
+    record = found[task_id]
+    assert record is not None and record.state is TaskState.CANCELLED
+    assert store._lone is not kept

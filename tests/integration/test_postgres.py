@@ -212,6 +212,32 @@ def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
         store.close()
 
 
+def test_a_workers_listening_watcher_heeds_no_busy_answer(pg_database: str) -> None:
+    """A full worker answers True (busy); its PostgreSQL watcher still tells every
+    submission at once, unnudged: only the finish watcher's consumer batches."""
+    store = PostgresStore(pg_database)
+    other = PostgresStore(pg_database)
+    watcher = store.watch_changes(safety_poll=None)
+    watcher.QUIET = 2 * WAIT  # a quiet it kept would outlast the wait below
+    heard = threading.Semaphore(0)
+
+    def busy(error: Exception | None) -> bool:
+        heard.release()
+        return True
+
+    watcher.start(busy)
+    try:
+        scheduler = Scheduler(other, clock=ManualClock(T0))
+        scheduler.submit("t")
+        assert heard.acquire(timeout=WAIT)
+        scheduler.submit("t")  # never nudged: heard all the same
+        assert heard.acquire(timeout=WAIT)
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
 def test_nul_in_arguments_is_refused_with_a_clear_error(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     store.submit([NewTask("ok", {"x": 1}, T0, 1)], T0)

@@ -62,10 +62,11 @@ class SQLDialect:
     minute_counts: TextClause
     #: Per queue and state, the live tasks and the oldest due (``queue_info(finished=False)``).
     live_queue_counts: TextClause
-    #: Of the task ids ``:ids`` (one parameter, bound by :attr:`ids`), rows ``(id, state)``
-    #: of the finished tasks and, with state NULL, of the ids no task has
-    #: (``Store.finished``): a read that costs what it finds, not what it asks about.
-    finished_states: TextClause
+    #: Of the task ids ``:ids`` (one parameter, bound by :attr:`ids`), rows ``(id, name,
+    #: state, attempts, result, last_error, finished_at)`` of the finished tasks and, with
+    #: state NULL, of the ids no task has (``Store.finished``): one statement that costs
+    #: what it finds, not what it asks about; as the driver takes it (a hot path).
+    finished_outcomes: str
     #: How a list of task ids is bound to one parameter.
     ids: Callable[[list[int]], Any]
     #: The task list's index for a state filter, by state (``Console.find_tasks``),
@@ -74,6 +75,9 @@ class SQLDialect:
     find_hints: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: A ``:name`` statement as the driver takes it.
     driver: Callable[[str], str] = str
+    #: Puts a driver connection of this database's engine in autocommit: each statement
+    #: its own transaction (``Transactions._lone_rows``). SQLite's engine's are already.
+    autocommit: Callable[[Any], None] = lambda _connection: None
     #: ``:n`` fresh task ids (and ``seq`` values) as rows, ascending, taken without a
     #: lock that outlasts the statement (a sequence), as the driver takes it; None:
     #: the counter row (``statements.SQL_ALLOCATE``), where one writer at a time is

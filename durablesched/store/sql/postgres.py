@@ -264,12 +264,19 @@ def borrowed_problem(connection: Any) -> str | None:
     return f"the psycopg connection is busy (transaction status {status})"
 
 
-#: ``Store.finished``'s read (``SQLDialect.finished_states``): the ids as one array.
-FINISHED_STATES = text(
-    "SELECT i.id, t.state FROM unnest(CAST(:ids AS BIGINT[])) AS i (id) "
+#: ``Store.finished``'s read (``SQLDialect.finished_outcomes``): the ids as one array.
+FINISHED_OUTCOMES = pyformat(
+    "SELECT i.id, t.name, t.state, t.attempts, t.result, t.last_error, t.finished_at "
+    "FROM unnest(CAST(:ids AS BIGINT[])) AS i (id) "
     "LEFT JOIN tasks AS t ON t.id = i.id "
     f"WHERE t.id IS NULL OR t.{TERMINAL_SQL}"
 )
+
+
+def autocommit(connection: Any) -> None:
+    """A psycopg connection in autocommit: a lone read holds no transaction open."""
+    connection.rollback()
+    connection.autocommit = True
 
 
 #: PostgreSQL as the store sees it: ``%s``/``%(name)s`` placeholders, times as
@@ -293,9 +300,10 @@ POSTGRES = SQLDialect(
     elapsed_us=ELAPSED_US,
     minute_counts=MINUTE_COUNTS,
     live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
-    finished_states=FINISHED_STATES,
+    finished_outcomes=FINISHED_OUTCOMES,
     ids=list,
     driver=pyformat,
+    autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     lock_tasks=text(LOCK_TASKS).bindparams(bindparam("ids", expanding=True)),
     notify=text(NOTIFY),
@@ -413,6 +421,8 @@ class NotifyWatcher:
     SAFETY_POLL = 1.0
     #: How often the listening thread checks that it should stop.
     _TICK = 0.2
+    #: The longest batch (seconds) a consumer that asked for one gets (start_payloads).
+    QUIET = 0.25
 
     def __init__(
         self,
@@ -427,6 +437,7 @@ class NotifyWatcher:
         self._safety_poll = safety_poll
         self._channel = channel
         self._closed = threading.Event()
+        self._nudged = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = self._listen()
 
@@ -448,24 +459,31 @@ class NotifyWatcher:
         return conn
 
     def start(self, on_change: OnChange) -> None:
-        self._start(lambda _payloads: on_change(None))
+        def deliver(_payloads: list[str] | None) -> None:
+            on_change(None)  # its answer is not heeded: see nudge()
 
-    def start_payloads(self, deliver: Callable[[list[str] | None], object]) -> None:
-        """Call ``deliver(payloads)`` with what each wake-up heard, or None where some
-        may have been missed (a reconnection, a safety poll)."""
         self._start(deliver)
 
-    def _start(self, deliver: Callable[[list[str] | None], object]) -> None:
+    def start_payloads(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
+        """Call ``deliver(payloads)`` with what each wake-up heard, or None where some
+        may have been missed (a reconnection, a safety poll). ``deliver`` answering
+        True asks for a batch: the notifications that arrive next wait in the
+        connection until :meth:`nudge` (or :attr:`QUIET` seconds), then come at once."""
+        self._start(deliver)
+
+    def _start(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
         self._thread = threading.Thread(
             target=self._watch, args=(deliver,), name="durablesched-listen", daemon=True
         )
         self._thread.start()
 
     def nudge(self) -> None:
-        """Nothing to end: only submissions and cancels notify, never a worker's own
-        group commits, so this watcher never keeps quiet."""
+        """End a batch asked for by :meth:`start_payloads`'s consumer. (:meth:`start`'s
+        never asks: only submissions and cancels notify, never a worker's own group
+        commits, so a worker's watcher never keeps quiet.)"""
+        self._nudged.set()
 
-    def _watch(self, deliver: Callable[[list[str] | None], object]) -> None:
+    def _watch(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
         poll = self._safety_poll if self._safety_poll is not None else float("inf")
         next_poll = time.monotonic() + poll
         while not self._closed.is_set():
@@ -491,7 +509,9 @@ class NotifyWatcher:
                 missed = True
             if (missed or payloads) and not self._closed.is_set():
                 next_poll = time.monotonic() + poll
-                deliver(None if missed else payloads)
+                self._nudged.clear()  # before asking: a nudge after the answer is kept
+                if deliver(None if missed else payloads):
+                    self._nudged.wait(self.QUIET)
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -503,6 +523,7 @@ class NotifyWatcher:
 
     def close(self) -> None:
         self._closed.set()
+        self._nudged.set()  # a batch being gathered ends too
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._TICK * 10)
         self._drop()
@@ -511,19 +532,22 @@ class NotifyWatcher:
 class FinishListener:
     """A :class:`FinishWatcher` on PostgreSQL: LISTENs on :data:`FINISHED_CHANNEL`,
     whose notifications name the tasks their transaction finished. Without a safety
-    poll: the waiting handles read at their own bounded interval anyway."""
+    poll: the waiting handles read at their own bounded interval anyway. Asked for a
+    batch, it leaves the next notifications queued in its connection until nudged."""
 
     def __init__(self, engine: Engine) -> None:
         self._watcher = NotifyWatcher(engine, safety_poll=None, channel=FINISHED_CHANNEL)
 
     def start(self, on_finished: OnFinished) -> None:
-        def deliver(payloads: list[str] | None) -> None:
+        def deliver(payloads: list[str] | None) -> bool | None:
             if payloads is None or "" in payloads:
-                on_finished(None)
-                return
-            on_finished([int(i) for payload in payloads for i in payload.split(",")])
+                return on_finished(None)
+            return on_finished([int(i) for payload in payloads for i in payload.split(",")])
 
         self._watcher.start_payloads(deliver)
+
+    def nudge(self) -> None:
+        self._watcher.nudge()
 
     def close(self) -> None:
         self._watcher.close()

@@ -178,10 +178,11 @@ def borrowed_problem(connection: sqlite3.Connection) -> str | None:
     return "the sqlite3 connection is not in a transaction (run BEGIN on it first)"
 
 
-#: ``Store.finished``'s read (``SQLDialect.finished_states``): the ids as a JSON array,
+#: ``Store.finished``'s read (``SQLDialect.finished_outcomes``): the ids as a JSON array,
 #: one statement however many (an ``IN`` list is prepared again for each length).
-FINISHED_STATES = text(
-    "SELECT j.value AS id, t.state AS state FROM json_each(:ids) AS j "
+FINISHED_OUTCOMES = (
+    "SELECT j.value AS id, t.name, t.state, t.attempts, t.result, t.last_error, "
+    "t.finished_at FROM json_each(:ids) AS j "
     "LEFT JOIN tasks AS t ON t.id = j.value "
     f"WHERE t.id IS NULL OR t.{TERMINAL_SQL}"
 )
@@ -207,7 +208,7 @@ SQLITE = SQLDialect(
     elapsed_us=ELAPSED_US,
     minute_counts=MINUTE_COUNTS,
     live_queue_counts=sql_live_queue_counts("INDEXED BY ix_tasks_state_name"),
-    finished_states=FINISHED_STATES,
+    finished_outcomes=FINISHED_OUTCOMES,
     ids=json_ids,
     find_hints=FIND_HINTS,
     borrowed_problem=borrowed_problem,
@@ -483,8 +484,11 @@ class FinishedLines:
     (line ids are reused, task ids never are), and if not says that any task may
     have finished (``None``: every waited task is read).
 
-    If the change watcher fails, it says so once (logged) and stops; the waiting
-    handles then read at their bounded fallback interval.
+    Asked for a batch (``on_finished`` answering True), it lets the change watcher keep
+    quiet until nudged: commits meanwhile cost this process nothing, and the look
+    after the nudge covers them all. If the change watcher fails, it says so once
+    (logged) and stops; the waiting handles then read at their bounded fallback
+    interval.
     """
 
     def __init__(self, engine: Engine, watcher: DataVersionWatcher) -> None:
@@ -522,21 +526,27 @@ class FinishedLines:
                 cursor.close()
 
     def start(self, on_finished: OnFinished) -> None:
-        def on_change(error: Exception | None) -> None:
+        def on_change(error: Exception | None) -> bool:
             if error is not None:
                 log.warning("watching for finished tasks failed: %s", error)
                 on_finished(None)
-                return
+                return False
             try:
                 finished = self._finished_since()
             except DurableSchedError as e:
                 log.warning("reading which tasks finished failed: %s", e)
                 finished = None
             if finished is None or finished:
-                on_finished(finished)
+                # A batch asked for: the change watcher keeps quiet until nudged, and
+                # the next look then reads every line written meanwhile, in one range.
+                return bool(on_finished(finished))
+            return False
 
         changed: OnChange = on_change
         self._watcher.start(changed)
+
+    def nudge(self) -> None:
+        self._watcher.nudge()
 
     def close(self) -> None:
         self._watcher.close()

@@ -375,10 +375,6 @@ SQL_NEXT_EXPIRY = text(
 
 #: One task, every column.
 SQL_GET = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = :id")
-#: Tasks ``:ids``, whole.
-SQL_GET_MANY = text(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id IN :ids").bindparams(
-    bindparam("ids", expanding=True)
-)
 #: When a task was submitted (for tasks stored before submission lines were written).
 SQL_CREATED = text("SELECT created_at FROM tasks WHERE id = :id")
 #: A task's history, oldest first (its submission first).

@@ -32,6 +32,7 @@ from durablesched.records import (
     Claim,
     Environment,
     ErrorInfo,
+    Finished,
     HealthReport,
     LeaseStatus,
     MinuteCounts,
@@ -75,7 +76,13 @@ from durablesched.store.sql.claiming import (
     queue_limits,
     record_starts,
 )
-from durablesched.store.sql.codec import dump, error_from_json, from_db_time, record
+from durablesched.store.sql.codec import (
+    dump,
+    error_from_json,
+    finished_outcome,
+    from_db_time,
+    record,
+)
 from durablesched.store.sql.dialect import SQLDialect
 from durablesched.store.sql.migrate import check_schema, current_revision
 from durablesched.store.sql.outcomes import (
@@ -91,7 +98,6 @@ from durablesched.store.sql.statements import (
     SQL_CREATED,
     SQL_FORGET_KEYS,
     SQL_GET,
-    SQL_GET_MANY,
     SQL_HISTORY,
     SQL_LEASES,
     SQL_NEXT_DUE,
@@ -183,23 +189,16 @@ class SQLStore(Transactions):
             row = conn.execute(SQL_GET, {"id": task_id}).first()
         return None if row is None else record(row)
 
-    def finished(self, task_ids: Collection[int]) -> dict[int, TaskRecord | None]:
+    def finished(self, task_ids: Collection[int]) -> dict[int, Finished | None]:
         wanted = sorted(set(task_ids))
-        found: dict[int, TaskRecord | None] = {}
-        with self._read("reading which tasks finished") as conn:
+        found: dict[int, Finished | None] = {}
+        with translated("reading which tasks finished"):
             for start in range(0, len(wanted), _IDS_PER_READ):
                 chunk = wanted[start : start + _IDS_PER_READ]
-                done = []
-                rows = conn.execute(self.dialect.finished_states, {"ids": self.dialect.ids(chunk)})
-                for r in rows:
-                    if r.state is None:
-                        found[int(r.id)] = None
-                    else:
-                        done.append(int(r.id))
-                if done:
-                    found.update(
-                        (r.id, record(r)) for r in conn.execute(SQL_GET_MANY, {"ids": done})
-                    )
+                ids = {"ids": self.dialect.ids(chunk)}
+                # One statement, no transaction: each task's outcome is final once read.
+                for r in self._lone_rows(self.dialect.finished_outcomes, ids):
+                    found[int(r[0])] = None if r[2] is None else finished_outcome(r)
         return found
 
     def history(self, task_id: int) -> list[TaskEvent]:

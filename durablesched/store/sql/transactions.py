@@ -78,6 +78,9 @@ class Transactions:
         self._kept: Connection | None = None
         self._kept_lock = threading.Lock()
         self._kept_owner: int | None = None
+        #: The driver connection kept for lone reads (``_lone_rows``), opened on first use.
+        self._lone: Any = None
+        self._lone_lock = threading.Lock()
         self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         #: Transactions that found the database busy and were retried.
         self.busy_retries = 0
@@ -223,12 +226,51 @@ class Transactions:
             delay = min(delay * 2, 0.25)
 
     def _close_transactions(self) -> None:
-        """Close the kept connection and the engine's pool."""
+        """Close the kept connections and the engine's pool."""
         with self._kept_lock:
             if self._kept is not None:
                 self._kept.close()
                 self._kept = None
+        with self._lone_lock:
+            lone, self._lone = self._lone, None
+        if lone is not None:
+            _close_quietly(lone)
         self.engine.dispose()
+
+    # -- lone reads: one statement, on a connection kept for them ---------------------------------
+
+    def _lone_rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One read statement (as the driver takes it) on a connection kept for such
+        reads, in autocommit: no pool checkout, no BEGIN, no ROLLBACK, which cost more
+        than the statement for a read made many times a second (what waiting handles
+        read). A kept connection that fails is replaced and the read made once more on
+        the new one (the database restarted); a second failure is raised."""
+        with self._lone_lock:
+            for again in (True, False):
+                if self._lone is None:
+                    self._lone = self._open_lone()
+                conn, cursor = self._lone, None
+                try:
+                    cursor = conn.cursor()
+                    cursor.execute(sql, params)
+                    return list(cursor.fetchall())
+                except self._driver_error as e:
+                    self._lone = None
+                    _close_quietly(conn)
+                    if not again:
+                        raise exc.DBAPIError.instance(sql, params, e, self._driver_error) from e
+                    log.info("a kept read connection failed, reading on a new one: %s", e)
+                finally:
+                    if cursor is not None:
+                        _close_quietly(cursor)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _open_lone(self) -> Any:
+        raw = self.engine.raw_connection()
+        driver = raw.driver_connection
+        raw.detach()  # ours alone, until it fails or the store closes
+        self.dialect.autocommit(driver)
+        return driver
 
     # -- the hot path: straight to the driver ----------------------------------------------------
 
@@ -305,3 +347,11 @@ class Transactions:
                 "error": None if error is None else error_json(error),
             },
         )
+
+
+def _close_quietly(closable: Any) -> None:
+    """Close a cursor or connection that may be broken already."""
+    try:
+        closable.close()
+    except Exception as e:  # broken: nothing more to release
+        log.debug("closing a broken cursor or connection: %s", e)
