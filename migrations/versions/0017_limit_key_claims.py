@@ -55,29 +55,37 @@ def _sqlite_sync(q: str, k: str, changed: str, claim: str) -> str:
     SQL expression, NULL for none) changed, as a SQLite trigger body; ``claim`` is true
     (an SQL expression of NEW and OLD) for a claim's change.
 
-    A term of NEW and OLD alone is tested before a statement reads any table, so the
-    statements a claim skips cost it next to nothing. No ``INSERT OR IGNORE``: the
+    A claim counts its start on the key's row and picks the next head in the same
+    statement (while the key has room); the claimed task was the key's head, so the
+    row is there (were it not, the key's next other change recounts). A term of NEW
+    and OLD alone is tested before a statement reads any table, so the statements a
+    claim skips cost it next to nothing. No ``INSERT OR IGNORE``: the
     statement that fires a trigger imposes its conflict algorithm on the trigger's
     statements (0013)."""
     key = f"queue = {q} AND limit_key = {k}"
     cap = f"(SELECT {CAP_OF} FROM durablesched_queues WHERE name = {q})"
     count = f"(SELECT count(*) FROM tasks WHERE {key} AND state = 'RUNNING')"
     head = f"(SELECT head_id FROM durablesched_limit_keys WHERE {key})"
+    first = (
+        f"(SELECT id FROM tasks WHERE {key} AND limit_key IS NOT NULL AND {CLAIMABLE} "
+        "ORDER BY due_at, priority DESC, seq LIMIT 1)"
+    )
     return f"""
         INSERT INTO durablesched_limit_keys (queue, limit_key, running, head_id)
-            SELECT {q}, {k}, {count} - ({claim}), NULL
-            WHERE NOT EXISTS (SELECT 1 FROM durablesched_limit_keys WHERE {key})
+            SELECT {q}, {k}, {count}, NULL WHERE NOT {claim}
+            AND NOT EXISTS (SELECT 1 FROM durablesched_limit_keys WHERE {key})
             AND {cap} IS NOT NULL;
         UPDATE durablesched_limit_keys SET
             running = CASE WHEN {claim} THEN running + 1 ELSE {count} END,
-            head_id = CASE WHEN {claim} AND head_id = {changed} THEN NULL
+            head_id = CASE WHEN {claim} AND (head_id IS NULL OR head_id = {changed})
+                THEN CASE WHEN blocked_until IS NULL AND running + 1 < {cap} THEN {first} END
                 WHEN head_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tasks
                     WHERE id = head_id AND {CLAIMABLE} AND key_waiting = 0 AND {key})
                 THEN NULL ELSE head_id END
             WHERE {key};
-        UPDATE durablesched_limit_keys SET head_id = (SELECT id FROM tasks WHERE {key}
-            AND limit_key IS NOT NULL AND {CLAIMABLE} ORDER BY due_at, priority DESC, seq LIMIT 1)
-            WHERE {key} AND head_id IS NULL AND blocked_until IS NULL AND running < {cap};
+        UPDATE durablesched_limit_keys SET head_id = {first}
+            WHERE NOT {claim} AND {key} AND head_id IS NULL AND blocked_until IS NULL
+            AND running < {cap};
         UPDATE tasks SET key_waiting = 0 WHERE id = {head} AND key_waiting = 1;
         UPDATE tasks SET key_waiting = 1 WHERE NOT {claim} AND id = {changed}
             AND key_waiting = 0 AND {CLAIMABLE} AND id IS NOT {head} AND {cap} IS NOT NULL;
@@ -133,11 +141,12 @@ DECLARE
     blocked timestamptz;
 BEGIN
     IF TG_OP = 'UPDATE' AND {CLAIM} THEN
-        SELECT {CAP_OF} INTO cap FROM durablesched_queues WHERE name = NEW.queue;
+        -- Only a queue limited per key is locked (the filter comes before the lock).
+        SELECT {CAP_OF} INTO cap FROM durablesched_queues WHERE name = NEW.queue
+            AND (concurrency_per_key IS NOT NULL OR rate_per_key_count IS NOT NULL) FOR UPDATE;
         IF cap IS NULL THEN
             RETURN NULL;
         END IF;
-        PERFORM 1 FROM durablesched_queues WHERE name = NEW.queue FOR UPDATE;
         UPDATE durablesched_limit_keys SET running = running + 1,
             head_id = CASE WHEN head_id = NEW.id THEN NULL ELSE head_id END
             WHERE queue = NEW.queue AND limit_key = NEW.limit_key
