@@ -95,7 +95,12 @@ def test_queue_pause_resume_and_limits(dash: Dash) -> None:
 
 def test_queue_limits_per_key_are_set_lifted_and_kept(dash: Dash) -> None:
     dash.scheduler.submit("job", {}, queue="mail", limit_key="customer:1")
-    fields = {"concurrency": "", "rate": "", "concurrency_per_key": "1", "rate_per_key": "5/s"}
+    fields: dict[str, str | list[str]] = {
+        "concurrency": "",
+        "rate": "",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
     answer = dash.act("/queues/mail/limits", fields)
     assert answer.json() == {
         "message": "queue mail: concurrency unlimited, rate unlimited; "
@@ -121,7 +126,12 @@ def test_bad_limits_per_key_are_refused_and_change_nothing(dash: Dash) -> None:
     """The guard: a per-key value the queue cannot take is a 400 naming it, and the
     queue's limits stay as they were (nothing is half set)."""
     dash.scheduler.submit("job", {}, queue="mail")
-    good = {"concurrency": "2", "rate": "10/m", "concurrency_per_key": "1", "rate_per_key": "5/s"}
+    good: dict[str, str | list[str]] = {
+        "concurrency": "2",
+        "rate": "10/m",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
     assert dash.act("/queues/mail/limits", good).status_code == 200
     before = {q.name: q for q in dash.scheduler.queues()}["mail"]
     for field, value, said in (
@@ -131,7 +141,7 @@ def test_bad_limits_per_key_are_refused_and_change_nothing(dash: Dash) -> None:
         ("rate_per_key", "fast", "a rate is COUNT/WINDOW"),
         ("rate_per_key", "0/s", ""),
     ):
-        bad = {**good, "concurrency": "7", field: value}
+        bad: dict[str, str | list[str]] = {**good, "concurrency": "7", field: value}
         answer = dash.act("/queues/mail/limits", bad)
         assert answer.status_code == 400, (field, value)
         assert said in answer.text

@@ -60,7 +60,12 @@ def test_an_action_without_the_csrf_token_changes_nothing(dash: Dash) -> None:
 def test_limits_per_key_without_the_csrf_token_change_nothing(dash: Dash) -> None:
     dash.scheduler.submit("job", {}, queue="mail")
     dash.client.get("/")  # the cookie is set
-    fields = {"concurrency": "", "rate": "", "concurrency_per_key": "1", "rate_per_key": "5/s"}
+    fields: dict[str, str | list[str]] = {
+        "concurrency": "",
+        "rate": "",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
     for csrf in ({}, {"csrf": "forged"}, {"csrf": ""}):
         answer = dash.client.post("/queues/mail/limits", data={**csrf, **fields})
         assert answer.status_code == 403
