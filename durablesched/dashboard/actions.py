@@ -28,7 +28,7 @@ from durablesched.errors import (
     ScheduleNotFoundError,
     TaskNotFoundError,
 )
-from durablesched.queues import Rate
+from durablesched.queues import KEEP, Keep, Rate
 from durablesched.records import CancelOutcome
 from durablesched.scheduler import Scheduler
 from durablesched.states import TaskState
@@ -115,23 +115,47 @@ class Operations:
         self.scheduler.resume_queue(name)
         return f"queue {name}: resumed"
 
-    def set_limits(self, name: str, concurrency: str, rate: str) -> str:
+    def set_limits(
+        self,
+        name: str,
+        concurrency: str,
+        rate: str,
+        concurrency_per_key: str | None = None,
+        rate_per_key: str | None = None,
+    ) -> str:
+        """A queue's limits from the form's fields: an empty field lifts its limit; a
+        per-key field the form did not send leaves that limit as it is."""
         self._known_queue(name)
-        limit = None
-        if concurrency.strip():
-            try:
-                limit = int(concurrency)
-            except ValueError:
-                raise Refusal(
-                    400, f"concurrency must be a whole number, got {concurrency!r}"
-                ) from None
+        limit = _whole("concurrency", concurrency)
+        per_key: int | Keep | None = (
+            KEEP
+            if concurrency_per_key is None
+            else _whole("concurrency per key", concurrency_per_key)
+        )
         try:
             pace = Rate.parse(rate) if rate.strip() else None
-            limits = self.scheduler.set_queue(name, concurrency=limit, rate=pace)
+            key_pace: Rate | Keep | None = (
+                KEEP
+                if rate_per_key is None
+                else Rate.parse(rate_per_key)
+                if rate_per_key.strip()
+                else None
+            )
+            limits = self.scheduler.set_queue(
+                name,
+                concurrency=limit,
+                rate=pace,
+                concurrency_per_key=per_key,
+                rate_per_key=key_pace,
+            )
         except InvalidTaskError as e:
             raise Refusal(400, str(e)) from None
         shown = limits.concurrency if limits.concurrency is not None else "unlimited"
-        return f"queue {name}: concurrency {shown}, rate {limits.rate or 'unlimited'}"
+        said = f"queue {name}: concurrency {shown}, rate {limits.rate or 'unlimited'}"
+        if limits.keyed:
+            each = limits.concurrency_per_key or "unlimited"
+            said += f"; per key: concurrency {each}, rate {limits.rate_per_key or 'unlimited'}"
+        return said
 
     # -- schedules ------------------------------------------------------------------------------
 
@@ -238,3 +262,13 @@ def bulk(ops: Operations, action: str, ids: list[int]) -> str:
     if refused:
         message += f"; {len(refused)} refused (the first: {refused[0]})"
     return message
+
+
+def _whole(what: str, text: str) -> int | None:
+    """A form's whole number (None if empty), or a refusal naming the field."""
+    if not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise Refusal(400, f"{what} must be a whole number, got {text!r}") from None

@@ -275,7 +275,14 @@ class Pages:
             if action == "resume":
                 return self.ops.resume_queue(name)
             concurrency = str(form.get("concurrency") or "")
-            return self.ops.set_limits(name, concurrency, str(form.get("rate") or ""))
+            per_key, key_rate = form.get("concurrency_per_key"), form.get("rate_per_key")
+            return self.ops.set_limits(
+                name,
+                concurrency,
+                str(form.get("rate") or ""),
+                None if per_key is None else str(per_key),
+                None if key_rate is None else str(key_rate),
+            )
 
         if action not in ("pause", "resume", "limits"):
             raise HTTPException(404, f"no action {action!r}")

@@ -93,6 +93,61 @@ def test_queue_pause_resume_and_limits(dash: Dash) -> None:
     assert dash.act("/queues/mail/drain").status_code == 404
 
 
+def test_queue_limits_per_key_are_set_lifted_and_kept(dash: Dash) -> None:
+    dash.scheduler.submit("job", {}, queue="mail", limit_key="customer:1")
+    fields: dict[str, str | list[str]] = {
+        "concurrency": "",
+        "rate": "",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
+    answer = dash.act("/queues/mail/limits", fields)
+    assert answer.json() == {
+        "message": "queue mail: concurrency unlimited, rate unlimited; "
+        "per key: concurrency 1, rate 5/s"
+    }
+    limits = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (limits.concurrency_per_key, str(limits.rate_per_key)) == (1, "5/s")
+    page = dash.client.get("/queues").text
+    assert 'name="concurrency_per_key" value="1"' in page
+    assert 'name="rate_per_key" value="5/s"' in page
+    # A form without the per-key fields (an older page) leaves them as they are.
+    assert dash.act("/queues/mail/limits", {"concurrency": "3", "rate": ""}).status_code == 200
+    kept = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (kept.concurrency, kept.concurrency_per_key, str(kept.rate_per_key)) == (3, 1, "5/s")
+    # Empty per-key fields lift them.
+    assert dash.act("/queues/mail/limits", {**fields, "concurrency_per_key": ""}).status_code == 200
+    assert dash.act("/queues/mail/limits", {**fields, "rate_per_key": ""}).status_code == 200
+    half = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (half.concurrency_per_key, half.rate_per_key) == (1, None)
+
+
+def test_bad_limits_per_key_are_refused_and_change_nothing(dash: Dash) -> None:
+    """The guard: a per-key value the queue cannot take is a 400 naming it, and the
+    queue's limits stay as they were (nothing is half set)."""
+    dash.scheduler.submit("job", {}, queue="mail")
+    good: dict[str, str | list[str]] = {
+        "concurrency": "2",
+        "rate": "10/m",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
+    assert dash.act("/queues/mail/limits", good).status_code == 200
+    before = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    for field, value, said in (
+        ("concurrency_per_key", "one", "concurrency per key must be a whole number"),
+        ("concurrency_per_key", "0", "concurrency per key must be a positive integer"),
+        ("concurrency_per_key", "-2", "concurrency per key must be a positive integer"),
+        ("rate_per_key", "fast", "a rate is COUNT/WINDOW"),
+        ("rate_per_key", "0/s", ""),
+    ):
+        bad: dict[str, str | list[str]] = {**good, "concurrency": "7", field: value}
+        answer = dash.act("/queues/mail/limits", bad)
+        assert answer.status_code == 400, (field, value)
+        assert said in answer.text
+        assert {q.name: q for q in dash.scheduler.queues()}["mail"] == before
+
+
 def test_schedule_pause_resume_and_run_now(dash: Dash) -> None:
     dash.scheduler.add_schedule("report", name="nightly", cron="0 3 * * *")
     nightly: dict[str, str | list[str]] = {"name": "nightly"}

@@ -57,6 +57,29 @@ def test_an_action_without_the_csrf_token_changes_nothing(dash: Dash) -> None:
     assert dash.act(f"/tasks/{task_id}/cancel").status_code == 200  # with both: done
 
 
+def test_limits_per_key_without_the_csrf_token_change_nothing(dash: Dash) -> None:
+    dash.scheduler.submit("job", {}, queue="mail")
+    dash.client.get("/")  # the cookie is set
+    fields: dict[str, str | list[str]] = {
+        "concurrency": "",
+        "rate": "",
+        "concurrency_per_key": "1",
+        "rate_per_key": "5/s",
+    }
+    for csrf in ({}, {"csrf": "forged"}, {"csrf": ""}):
+        answer = dash.client.post("/queues/mail/limits", data={**csrf, **fields})
+        assert answer.status_code == 403
+    answer = dash.client.post(
+        "/queues/mail/limits",
+        data={"csrf": dash.csrf(), **fields},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert answer.status_code == 403
+    mail = {q.name: q for q in dash.scheduler.queues()}["mail"]
+    assert (mail.concurrency_per_key, mail.rate_per_key) == (None, None)
+    assert dash.act("/queues/mail/limits", fields).status_code == 200  # with both: done
+
+
 def test_the_csrf_cookie_is_http_only_and_strict(dash: Dash) -> None:
     cookie = dash.client.get("/").headers["set-cookie"]
     assert cookie.startswith("durablesched_csrf=")

@@ -108,6 +108,14 @@ class SQLDialect:
     notify_finished: TextClause | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
+    #: Where no INSERT trigger on tasks keeps a new task's limit key (SQLite, migration
+    #: 0017): :data:`insert_task` for a task with a limit key, through a view whose
+    #: trigger keeps it (tasks of a batch in id order, as an INSERT trigger would) ...
+    insert_keyed_row: str | None = None
+    #: ... and the statement run (by position: the task's id) after a task with a limit
+    #: key was inserted otherwise (debounced): it fires the UPDATE trigger. None: the
+    #: database's INSERT trigger keeps the key.
+    touch_new_key: str | None = None
     #: Why a caller's own driver connection cannot take a submit in its transaction
     #: (none open, or a failed one), or None if it can (:mod:`.borrowed`).
     borrowed_problem: Callable[[Any], str | None] | None = None

@@ -99,6 +99,14 @@ def _next_due(names: bool, queues: bool) -> TextClause:
     return sql.bindparams(*([NAMES] if names else []), *([QUEUES] if queues else []))
 
 
+#: A task with a limit key, inserted through the view whose trigger keeps its key's head
+#: (migration 0017: SQLite has no INSERT trigger on tasks, which would cost every
+#: insert a statement journal) ...
+INSERT_KEYED_ROW = INSERT_TASK.replace("INTO tasks", "INTO durablesched_new_keyed_tasks", 1)
+#: ... or, inserted otherwise (a debounced one), touched: setting its state to itself
+#: fires the UPDATE trigger, which keeps the head.
+TOUCH_NEW_KEY = "UPDATE tasks SET state = state WHERE id = ?"
+
 #: Every claim still held, extended in one statement. ``:fences`` is a JSON
 #: object {task id: fence}.
 HEARTBEAT = (
@@ -212,6 +220,8 @@ SQLITE = SQLDialect(
     ids=json_ids,
     find_hints=FIND_HINTS,
     borrowed_problem=borrowed_problem,
+    insert_keyed_row=INSERT_KEYED_ROW.format(p="?"),
+    touch_new_key=TOUCH_NEW_KEY,
 )
 
 # -- the engine ----------------------------------------------------------------------------------

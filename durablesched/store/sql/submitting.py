@@ -118,6 +118,8 @@ def _debounce(tx: Transactions, conn: Executor, task: NewTask, now: datetime) ->
     stored, created_at = conn.execute(SQL_INSERT_DEBOUNCED, params).first()
     if stored != task_id:
         return Submitted(stored, False, from_db_time(created_at))
+    if task.limit_key is not None and tx.dialect.touch_new_key is not None:
+        tx._rows(conn, tx.dialect.touch_new_key, (task_id,))
     record_submissions(tx, conn, [task_id])
     tx._wake_others(conn)
     return Submitted(task_id, True, now)
@@ -149,8 +151,19 @@ def insert_new(
     """Insert tasks known to be new, with fresh ids; one executemany for them all."""
     ids = allocate(tx, conn, len(new))
     ensure_queues(tx, conn, new)
-    # Straight to the driver's executemany: this is the bulk-submit hot path.
-    tx._many(conn, tx.dialect.insert_task, _rows(tx, ids, new, now))
+    rows = _rows(tx, ids, new, now)
+    keyed_sql = tx.dialect.insert_keyed_row
+    if keyed_sql is not None and any(task.limit_key is not None for task in new):
+        # Tasks with a limit key through the view whose trigger keeps their keys (in
+        # id order); the others without any trigger.
+        keyed = [row for row, task in zip(rows, new, strict=True) if task.limit_key is not None]
+        plain = [row for row, task in zip(rows, new, strict=True) if task.limit_key is None]
+        if plain:
+            tx._many(conn, tx.dialect.insert_task, plain)
+        tx._many(conn, keyed_sql, keyed)
+    else:
+        # Straight to the driver's executemany: this is the bulk-submit hot path.
+        tx._many(conn, tx.dialect.insert_task, rows)
     record_submissions(tx, conn, ids)
     tx._wake_others(conn)
     return ids
