@@ -292,3 +292,20 @@ def test_a_claim_ahead_taken_the_moment_it_is_held_is_not_started_again(
     worker._commit.forget([r for r in worker._slots.held().values() if r.claim.task_id == raced])
     assert worker.wait_idle(WAIT)
     assert tasks.ran == []
+
+
+def test_claims_ahead_held_while_a_slot_is_free_start_at_once(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """A group commit reserves its room while the slots are busy and claims only ahead;
+    by the time its claims are held the slot may have freed, its thread gone idle. The
+    launch starts them: no thread would take them before the loop's next pass (the
+    CPU-bound benchmark spent half its time with none running, and gave them back as
+    stale). Fails with the launch only holding them."""
+    scheduler.submit("quick", {"tag": "first"})
+    scheduler.submit("quick", {"tag": "second"})
+    claims = scheduler.store.claim("w", 0, scheduler.clock.now(), LEASE, ahead=2)
+    assert [c.started_at for c in claims] == [None, None]  # claimed ahead, waiting
+    worker._launch(claims)  # no loop pass follows
+    assert worker.wait_idle(WAIT)
+    assert tasks.ran == ["first", "second"]
