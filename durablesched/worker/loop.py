@@ -176,7 +176,8 @@ class Worker:
         a test can drive passes at times of its choosing, with no loop running.
         Claimed tasks start on the worker's threads; this call does not wait for them.
         """
-        self._commit.drain()  # outcomes whose recording failed earlier
+        if not self._commit.detached:  # else the committer records them, and retries
+            self._commit.drain()  # outcomes whose recording failed earlier
         if now is None:
             now = self.scheduler.clock.now()
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
