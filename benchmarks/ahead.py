@@ -47,14 +47,21 @@ from .cpu_work import VARIABLE, calibrate
 from .whole_path import huey_burst, plain_loop
 
 #: The two sides: the worker's options for each.
-SIDES = {"ahead0": ("--ahead", "0"), "default": ()}
+SIDES = {"ahead0": ("--ahead", "0"), "default": ("--ahead", "8")}
 
 
 class Sizes:
-    def __init__(self, *, smoke: bool) -> None:
-        self.noop = 300 if smoke else 30_000
-        self.cpu = 60 if smoke else 5_000
-        self.rounds = 1 if smoke else 3
+    def __init__(
+        self,
+        *,
+        smoke: bool,
+        rounds: int | None = None,
+        noop: int | None = None,
+        cpu: int | None = None,
+    ) -> None:
+        self.noop = noop or (300 if smoke else 30_000)
+        self.cpu = cpu or (60 if smoke else 5_000)
+        self.rounds = rounds or (1 if smoke else 3)
         self.long_tasks, self.long_seconds = (16, 0.2) if smoke else (16, 2.0)
         self.short_tasks = 50 if smoke else 1_000
         self.samples = 3 if smoke else 50
@@ -64,8 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     parser.add_argument("--no-huey", action="store_true", help="leave huey out")
+    parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds (more, shorter ones on a busy machine)"
+    )
+    parser.add_argument("--noop", type=int, help="no-op tasks per W5 run (30,000)")
+    parser.add_argument("--cpu", type=int, help="CPU-bound tasks per W2 run (5,000)")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="leave out long, mixed and latency"
+    )
     args = parser.parse_args(argv)
-    size = Sizes(smoke=args.smoke)
+    size = Sizes(smoke=args.smoke, rounds=args.rounds, noop=args.noop, cpu=args.cpu)
     huey = not args.no_huey and importlib.util.find_spec("huey") is not None
     tmp = Path(tempfile.mkdtemp(prefix="durablesched-ahead-"))
     result: dict[str, Any] = {"huey": huey, "smoke": args.smoke}
@@ -87,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         runs,
     )
+    if args.throughput_only:
+        print(json.dumps(result, indent=2))
+        return 0
     for side, options in SIDES.items():
         result[f"long_{side}"] = long_tasks(tmp / f"long-{side}.db", size, options)
         result[f"mixed_{side}"] = mixed(tmp / f"mixed-{side}.db", size, options)

@@ -271,8 +271,28 @@ class Countdown:
         )
 
 
+#: The interpreter's thread switch interval while a worker command runs (seconds).
+#: Python's 5 ms default makes a thread woken from I/O (the committer after its
+#: fsync, the claim loop) wait up to 5 ms for the interpreter behind a CPU-bound
+#: task thread, at every hand-off: docs/performance.md, "Claiming ahead".
+SWITCH_INTERVAL = 0.0005
+
+
 def run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: float) -> int:
-    """Run until stopped (or idle, with ``burst``), then give back unfinished claims."""
+    """Run until stopped (or idle, with ``burst``), then give back unfinished claims.
+
+    The process is the worker's: its thread switch interval is at most
+    :data:`SWITCH_INTERVAL` meanwhile, restored after.
+    """
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, SWITCH_INTERVAL))
+    try:
+        return _run_worker(worker, stop, burst=burst, burst_wait=burst_wait)
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _run_worker(worker: Worker, stop: SignalStop, *, burst: bool, burst_wait: float) -> int:
     code = EXIT_OK
     try:
         worker.run(burst=burst, burst_wait=burst_wait)

@@ -119,18 +119,20 @@ class GroupCommit:
                 self._changed.notify_all()  # a leader waiting for the last one can go
         self.drain()
 
-    def drain(self) -> bool:
+    def drain(self, *, wait: bool = False) -> bool:
         """Group commit: whichever thread gets here first records everything pending.
 
         Others just leave their outcome in the list and go; the leader loops
         until the list is empty, so every outcome waiting while one transaction
-        commits shares the next one.
+        commits shares the next one. With ``wait`` (the committer), wait for a
+        leader to finish rather than return: the committer would otherwise spin
+        on what is pending, holding the interpreter, until the leader is done.
         """
         while True:
             with self._lock:
                 if not self._pending and not self._starts:
                     return True
-            if not self._flush_lock.acquire(blocking=False):
+            if not self._flush_lock.acquire(blocking=wait):
                 return True  # the leader will see what we left
             try:
                 batch, starts = self._gather()

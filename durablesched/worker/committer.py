@@ -53,7 +53,7 @@ class Committer:
                     return
             # A failure is kept and retried (GroupCommit.error): the claim loop backs
             # off from it; here, wait for the next outcome or the loop's next drain.
-            if not self._commit.drain():
+            if not self._commit.drain(wait=True):
                 with changed:
                     if not self._stop:
                         changed.wait(0.05)

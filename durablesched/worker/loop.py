@@ -176,7 +176,8 @@ class Worker:
         a test can drive passes at times of its choosing, with no loop running.
         Claimed tasks start on the worker's threads; this call does not wait for them.
         """
-        self._commit.drain()  # outcomes whose recording failed earlier
+        if not self._commit.detached:  # else the committer records them, and retries
+            self._commit.drain()  # outcomes whose recording failed earlier
         if now is None:
             now = self.scheduler.clock.now()
         self._leases.run_once(now, early=self._watch.early_heartbeat_due())
@@ -450,6 +451,11 @@ class Worker:
             self._ahead.hold(waiting)
         for running in starting:
             self._pool.submit(self._execute, running)
+        if waiting:
+            # Claimed ahead of slots that were busy when the room was reserved: those
+            # slots may have freed meanwhile (their threads found nothing waiting and went
+            # idle), and no thread would take these until the loop's next pass.
+            self._start_waiting()
 
     def _execute(self, running: Running | None) -> None:
         """On a task thread: run attempts, the one handed over and then the claims ahead
@@ -485,6 +491,10 @@ class Worker:
         stale = self._ahead.take_stale(self._ahead.stale_after)
         if stale:
             self._give_back(stale, now, why="unstarted: claimed ahead, it waited past the window")
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Hand the claims ahead that free slots may start now to the task threads."""
         while self._pool is not None:
             starting = self._next_waiting()
             if starting is None:
