@@ -41,6 +41,7 @@ from durablesched.records import (
     QueueStats,
     Reclaimed,
     SignalRecord,
+    SignalSend,
     StepRecord,
     Submitted,
     TaskEvent,
@@ -344,15 +345,24 @@ class SQLStore(Transactions):
         *,
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
+        signals: Sequence[SignalSend] = (),
     ) -> bool:
-        """Record SUCCEEDED with ``result``, the children and the effects, atomically,
+        """Record SUCCEEDED with ``result``, the children, the effects and the signals
+        (each delivered as :meth:`send_signal` delivers one), atomically,
         with the task's idempotency key: one outcome outside a group commit.
 
         Not on the :class:`Store` protocol (the worker records through
         ``record_and_claim``); for tools and tests. False (nothing written) if the
-        claim is not valid; an effect that raises undoes everything and propagates.
+        claim is not valid; an effect that raises (or a signal refused: an unknown or
+        finished task) undoes everything and propagates.
         """
-        outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
+        outcome = Outcome(
+            claim,
+            result=result,
+            children=tuple(children),
+            effects=tuple(effects),
+            signals=tuple(signals),
+        )
         with self._write(f"recording the success of task {claim.task_id}") as conn:
             state = record_success(self, conn, outcome, now)
             if state is None:
