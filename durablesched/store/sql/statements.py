@@ -702,6 +702,10 @@ SQL_INSERT_COPY = text(
 #: A spawned child ended: its parent, suspended (PENDING, due later), is due since it
 #: suspended. Every parent row is locked, changed or not: a parent suspending at this
 #: moment either commits first (and is woken here) or waits and then sees the child ended.
+#: On PostgreSQL the parents' rows are locked already, with the transaction's other rows
+#: in id order, at its start (``Transactions._lock_tasks``): taken here, after the
+#: child's row, a parent (a lower id) would be locked out of order, and two group
+#: commits each ending a child of the other's workflow deadlocked.
 SQL_WAKE_PARENTS = text(
     "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > updated_at "
     "THEN updated_at ELSE due_at END "

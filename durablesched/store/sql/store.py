@@ -364,6 +364,7 @@ class SQLStore(Transactions):
             signals=tuple(signals),
         )
         with self._write(f"recording the success of task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id, *(s.task_id for s in signals)], [claim.task_id])
             state = record_success(self, conn, outcome, now)
             if state is None:
                 return False
@@ -378,6 +379,7 @@ class SQLStore(Transactions):
         requested cancellation): one outcome outside a group commit, for tools and
         tests. Returns the new state, or None if the claim is not valid."""
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id], [claim.task_id])
             state = record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
             self._add_totals(conn, [(claim, state)], now)
             if state in TERMINAL:
@@ -388,6 +390,7 @@ class SQLStore(Transactions):
         self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
     ) -> bool:
         with self._write(f"cancelling task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id], [claim.task_id])
             if record_cancel(self, conn, claim, now, detail) is None:
                 return False
             self._add_totals(conn, [(claim, TaskState.CANCELLED)], now)
@@ -414,7 +417,11 @@ class SQLStore(Transactions):
         that raises is undone alone and comes back as its exception.
         """
         steps = group_commit.plan(outcomes)
+        ending = [o.claim.task_id for o in outcomes]
+        touched = [c.task_id for c in started] + ending
+        touched += [s.task_id for o in outcomes for s in o.signals]
         with self._write("recording outcomes and claiming") as conn:
+            self._lock_tasks(conn, touched, ending)
             if started:
                 record_starts(self, conn, started, outcomes, now)
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
@@ -517,6 +524,7 @@ class SQLStore(Transactions):
         released = 0
         cancelled: list[int] = []
         with self._write("giving back unfinished tasks") as conn:
+            self._lock_tasks(conn, (c.task_id for c in claims), (c.task_id for c in claims))
             for claim in sorted(claims, key=lambda c: c.task_id):
                 params = claim_params(self, claim, now)
                 row = conn.execute(SQL_RELEASE, params).first()
@@ -542,6 +550,7 @@ class SQLStore(Transactions):
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         params: dict[str, Any] = {"id": task_id, "now": self._t(now)}
         with self._write(f"cancelling task {task_id}") as conn:
+            self._lock_tasks(conn, [task_id], [task_id])
             row = conn.execute(SQL_CANCEL_WAITING, params).first()
             if row is not None:
                 self._event(

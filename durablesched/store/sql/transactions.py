@@ -263,6 +263,18 @@ class Transactions:
         if self.dialect.notify is not None:
             conn.execute(self.dialect.notify, {})
 
+    def _lock_tasks(self, conn: Executor, ids: Iterable[int], ending: Iterable[int]) -> None:
+        """PostgreSQL: lock the rows of the tasks ``ids`` and of the parents of ``ending``
+        (whose end :meth:`_tell_finished` wakes them), all in id order, before writing any:
+        rows locked in one global order never deadlock (a parent's id is lower than its
+        children's, so waking it after a child's row was taken would go against it)."""
+        sql = self.dialect.lock_tasks
+        if sql is None:
+            return
+        wanted = sorted(set(ids))
+        if wanted:
+            conn.execute(sql, {"ids": wanted, "children": sorted(set(ending)) or [0]})
+
     def _tell_finished(self, conn: Executor, task_ids: Iterable[int]) -> None:
         """Wake the suspended workflows whose spawned children these are, and tell waiting
         handles elsewhere, on commit, that these tasks finished (where the database must

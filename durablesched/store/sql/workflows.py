@@ -150,6 +150,7 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
 ) -> TaskState | None:
     """``Store.suspend``."""
     with tx._write(f"suspending task {claim.task_id}") as conn:
+        tx._lock_tasks(conn, [claim.task_id], [claim.task_id])  # a cancel wakes its parent
         params = {**claim_params(tx, claim, now), "until": tx._t(until)}
         row = conn.execute(SQL_SUSPEND, params).first()
         if row is None:
