@@ -1230,7 +1230,7 @@ class MemoryStore(MemoryWorkflows):
         if detail is None and error is not None:
             detail = error.message
         self._event(task, now, detail, error if state is TaskState.FAILED else None)
-        self._wake_parent(task.id)
+        self._wake_parent(task.id, now)
         for on_finished in self._on_finished:
             on_finished((task.id,))
 

@@ -260,14 +260,14 @@ class MemoryWorkflows:
         with self._lock:
             return list(self._children.get(task_id, ()))
 
-    def _wake_parent(self, child_id: int) -> None:
-        """A child ended: its parent, suspended (PENDING, due later), is due since it
-        suspended; under the lock, from the store's ``_finish``."""
+    def _wake_parent(self, child_id: int, now: datetime) -> None:
+        """A child ended: its parent, suspended (PENDING, due later), is due now, at the
+        wake (as a signal's wake); under the lock, from the store's ``_finish``."""
         parent = self._tasks.get(self._parents.get(child_id, 0))
         if parent is None or parent.state is not TaskState.PENDING:
             return
-        if parent.due_at > parent.updated_at:
-            parent = self._put(replace(parent, due_at=parent.updated_at))
+        if parent.due_at > now:
+            parent = self._put(replace(parent, due_at=now, updated_at=now))
             self._stale += 1
             heapq.heappush(self._heap, (parent.due_at, parent.seq, parent.id))
 

@@ -213,9 +213,9 @@ SILENT_FIELDS: dict[str, frozenset[str]] = {
     "complete": frozenset({"due_at", "updated_at"}),
     # ... and a claim ahead's start is recorded (its RUNNING line keeps its place).
     "record_and_claim": frozenset({"due_at", "updated_at", "started_at"}),
-    # A spawned child's end wakes its suspended parent: its due time, no history line.
+    # A spawned child's end wakes its suspended parent: due at the wake, no history line.
     **{
-        op: frozenset({"due_at"})
+        op: frozenset({"due_at", "updated_at"})
         for op in (
             "fail",
             "acknowledge_cancel",

@@ -369,7 +369,7 @@ class SQLStore(Transactions):
             if state is None:
                 return False
             self._add_totals(conn, [(claim, state)], now)
-            self._tell_finished(conn, (claim.task_id,))
+            self._tell_finished(conn, (claim.task_id,), now)
             return True
 
     def fail(
@@ -383,7 +383,7 @@ class SQLStore(Transactions):
             state = record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
             self._add_totals(conn, [(claim, state)], now)
             if state in TERMINAL:
-                self._tell_finished(conn, (claim.task_id,))
+                self._tell_finished(conn, (claim.task_id,), now)
             return state
 
     def acknowledge_cancel(
@@ -394,7 +394,7 @@ class SQLStore(Transactions):
             if record_cancel(self, conn, claim, now, detail) is None:
                 return False
             self._add_totals(conn, [(claim, TaskState.CANCELLED)], now)
-            self._tell_finished(conn, (claim.task_id,))
+            self._tell_finished(conn, (claim.task_id,), now)
             return True
 
     def record_and_claim(
@@ -435,6 +435,7 @@ class SQLStore(Transactions):
                     for outcome, state in zip(outcomes, results, strict=True)
                     if state in TERMINAL
                 ),
+                now,
             )
             rows, waiting = claim_with_ahead(
                 self,
@@ -542,7 +543,7 @@ class SQLStore(Transactions):
                     cancelled.append(claim.task_id)
             if released:
                 self._wake_others(conn)
-            self._tell_finished(conn, cancelled)
+            self._tell_finished(conn, cancelled, now)
         return released
 
     # -- cancellation and expiry ----------------------------------------------------------------
@@ -556,7 +557,7 @@ class SQLStore(Transactions):
                 self._event(
                     conn, task_id, now, TaskState.CANCELLED, row.attempts, "cancelled before start"
                 )
-                self._tell_finished(conn, (task_id,))
+                self._tell_finished(conn, (task_id,), now)
                 return CancelOutcome.CANCELLED
             asked = conn.execute(SQL_CANCEL_RUNNING, params).first()
             if asked is not None:

@@ -275,7 +275,7 @@ class Transactions:
         if wanted:
             conn.execute(sql, {"ids": wanted, "children": sorted(set(ending)) or [0]})
 
-    def _tell_finished(self, conn: Executor, task_ids: Iterable[int]) -> None:
+    def _tell_finished(self, conn: Executor, task_ids: Iterable[int], now: datetime) -> None:
         """Wake the suspended workflows whose spawned children these are, and tell waiting
         handles elsewhere, on commit, that these tasks finished (where the database must
         be told: SQLite's watchers see every commit)."""
@@ -283,7 +283,8 @@ class Transactions:
         if not ids:
             return
         for start in range(0, len(ids), WAKE_BATCH):  # a reclaim may end any number
-            conn.execute(SQL_WAKE_PARENTS, {"ids": ids[start : start + WAKE_BATCH]})
+            batch = ids[start : start + WAKE_BATCH]
+            conn.execute(SQL_WAKE_PARENTS, {"ids": batch, "now": self._t(now)})
         sql = self.dialect.notify_finished
         if sql is None:
             return

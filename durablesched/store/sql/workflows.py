@@ -158,7 +158,7 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
         state = TaskState(row.state)
         if state is TaskState.CANCELLED:
             detail = "cancelled while suspending"
-            tx._tell_finished(conn, (claim.task_id,))
+            tx._tell_finished(conn, (claim.task_id,), now)
         elif signal is None:
             conn.execute(SQL_FORGET_WAIT, params)
         else:
