@@ -22,11 +22,11 @@ from durablesched.errors import (
     WorkerStopping,
 )
 from durablesched.handles import TaskHandle
-from durablesched.records import Claim, Environment, NewTask
+from durablesched.records import Claim, Environment, NewTask, SignalSend
 from durablesched.registry import Task
 from durablesched.schedules.declaration import parse_fire_key
 from durablesched.store.protocol import Effect
-from durablesched.submission import build_task
+from durablesched.submission import build_task, canonical_json
 from durablesched.tracing import tracing_hook
 from durablesched.workflows import children as _children
 from durablesched.workflows.steps import (
@@ -141,6 +141,8 @@ class TaskContext:
         self._signals = signals if signals is not None else AttemptSignals()
         self.children: list[NewTask] = []
         self.effects: list[Effect] = []
+        #: Signals to other tasks, sent with this attempt's success (:meth:`signal`).
+        self.sent_signals: list[SignalSend] = []
         #: "thread" or "process": where this attempt runs (docs/execution.md).
         self.environment = Environment.THREAD
         #: ``time.monotonic()`` past which this attempt has overrun its timeout.
@@ -337,6 +339,29 @@ class TaskContext:
         """
         self.children.append(_children.child_task(self, task, args, kwargs, "its parent's success"))
         return TaskHandle(self.scheduler, None, task.definition.name)
+
+    def signal(self, task_id: int, name: str, payload: Any = None) -> None:
+        """Send the task ``task_id`` a signal ``name`` with a JSON ``payload``, as
+        ``scheduler.signal`` does, but only if this attempt succeeds: it is delivered in
+        the transaction that records the success (a failed attempt, or one whose lease
+        was lost, sends nothing; a replayed workflow sends it once, with its one success).
+
+        Checked now: a non-empty name, a payload JSON can hold, another task's id. The
+        target is checked when the success is recorded: an unknown or finished task
+        refuses the signal, and the success with it, as an effect that raises does (the
+        attempt fails with :class:`TaskNotFoundError` or :class:`InvalidTransitionError`
+        and is retried by its policy). Works in every environment (docs/workflows.md).
+        """
+        if not isinstance(task_id, int) or isinstance(task_id, bool):
+            raise InvalidTaskError(f"a signal's task id is an int, got {task_id!r}")
+        if task_id == self.task_id:
+            raise InvalidTaskError(
+                f"task {task_id} cannot signal itself with its success: it is finished by then"
+            )
+        if not isinstance(name, str) or not name:
+            raise InvalidTaskError(f"a signal's name must be a non-empty string, got {name!r}")
+        value = canonical_json(payload, f"the payload of signal {name!r}")
+        self.sent_signals.append(SignalSend(task_id, name, value))
 
     # -- workflows (docs/workflows.md) ---------------------------------------------------------
 

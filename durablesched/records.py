@@ -271,6 +271,17 @@ class SignalRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalSend:
+    """A signal one task sends another with its success (``ctx.signal``): delivered as
+    ``Store.send_signal`` delivers one, in the transaction that records the success, so
+    an attempt that fails or loses its lease sends nothing."""
+
+    task_id: int
+    name: str
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A worker's right to run one attempt of a task until ``lease_expires_at``.
 
@@ -318,7 +329,7 @@ class Outcome:
 
     A failure if ``error`` is set (retried at ``retry_at`` if given), an
     acknowledged cancellation if ``cancelled``, otherwise a success with
-    ``result``, ``children`` and ``effects``.
+    ``result``, ``children``, ``effects`` and ``signals``.
     """
 
     claim: Claim
@@ -328,6 +339,7 @@ class Outcome:
     cancelled: bool = False
     children: tuple[NewTask, ...] = ()
     effects: tuple[Callable[[Any], object], ...] = ()
+    signals: tuple[SignalSend, ...] = ()
 
 
 #: What recording an outcome did: the task's new state, None if the claim was

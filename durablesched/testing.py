@@ -15,6 +15,7 @@ from durablesched.clock import ManualClock as ManualClock
 from durablesched.errors import DurableSchedError
 from durablesched.scheduler import Scheduler
 from durablesched.worker.loop import Worker
+from durablesched.workflows.steps import FOREVER
 
 __all__ = ["ManualClock", "run_due", "run_schedules_until", "run_until_complete"]
 
@@ -34,7 +35,9 @@ def run_until_complete(
 ) -> int:
     """Run due tasks, advance ``clock`` to the next due time (or lease expiry), repeat.
 
-    Stops when nothing is left to run, or before moving past ``until``.
+    Stops when nothing is left to run, or before moving past ``until``; a workflow
+    that waits with no timeout (for a signal, for children: due at the far end of
+    time) is left waiting, as nothing but what it waits for would bring it back.
     Returns how many attempts ran. Raises if more than ``max_runs`` attempts
     ran, which usually means tasks keep submitting tasks.
     """
@@ -45,7 +48,7 @@ def run_until_complete(
         if ran > max_runs:
             raise DurableSchedError(f"more than {max_runs} task attempts ran; giving up")
         nxt = scheduler.store.next_wakeup(clock.now())
-        if nxt is None or (until is not None and nxt > until):
+        if nxt is None or nxt >= FOREVER or (until is not None and nxt > until):
             return ran
         clock.set(nxt)
 

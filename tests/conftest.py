@@ -24,7 +24,7 @@ from durablesched import (
     TaskRegistry,
     TaskState,
 )
-from durablesched.records import NewTask
+from durablesched.records import NewTask, SignalSend
 from durablesched.store.protocol import Console, Effect
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLiteStore
@@ -130,6 +130,7 @@ class BackendStore(Store, Console, Protocol):
         *,
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
+        signals: Sequence[SignalSend] = (),
     ) -> bool: ...
 
     def fail(

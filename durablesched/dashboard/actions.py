@@ -75,19 +75,35 @@ class Operations:
             raise Refusal(409, f"task {task_id}: too late: it had already finished{ended}")
         return f"task {task_id}: {CANCELLED[outcome]}"
 
-    def retry(self, task_id: int) -> str:
-        """A FAILED or CANCELLED task back to PENDING, due now: ``durablesched retry``."""
+    def retry(self, task_id: int, from_step: int | None = None) -> str:
+        """A FAILED or CANCELLED task back to PENDING, due now: ``durablesched retry``;
+        with ``from_step``, a workflow's steps from that position are forgotten first
+        (``retry --from-step``: they run again, those before are kept)."""
         requeue: Callable[..., None] | None = getattr(self.store, "requeue", None)
         if requeue is None:
             raise Refusal(
                 501, "this store cannot requeue tasks (the in-memory one has no operator)"
             )
         try:
+            if from_step is not None:
+                task = self.store.get(task_id)
+                if task is None:
+                    raise TaskNotFoundError(f"no task with id {task_id}")
+                if task.state not in (TaskState.FAILED, TaskState.CANCELLED):
+                    # Checked first: forgetting the steps of a task retry then refuses
+                    # (a SUCCEEDED one) would leave it finished with its steps gone.
+                    raise InvalidTransitionError(
+                        f"task {task_id} is {task.state}: only FAILED or CANCELLED tasks "
+                        "can be retried"
+                    )
+                self.store.forget_steps(task_id, from_step)
             requeue(task_id, self.scheduler.clock.now())
         except TaskNotFoundError as e:
             raise Refusal(404, str(e)) from None
         except InvalidTransitionError as e:
             raise Refusal(409, str(e)) from None
+        if from_step is not None:
+            return f"task {task_id}: PENDING, due now; its steps from {from_step} on run again"
         return f"task {task_id}: PENDING, due now"
 
     def delete(self, task_id: int) -> str:
@@ -176,6 +192,20 @@ class Operations:
             return call()
         except ScheduleNotFoundError as e:
             raise Refusal(404, str(e)) from None
+
+
+def from_step(form: FormData) -> int | None:
+    """The Retry form's ``from_step`` (a step's position, from 0), or None if left empty."""
+    value = str(form.get("from_step") or "").strip()
+    if not value:
+        return None
+    try:
+        position = int(value)
+    except ValueError:
+        raise Refusal(400, f"from step must be a whole number, got {value!r}") from None
+    if not 0 <= position <= 2**31 - 1:
+        raise Refusal(400, f"from step must be 0 or more, got {position}")
+    return position
 
 
 #: Each task action by its name in the URL and the bulk form.

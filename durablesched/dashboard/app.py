@@ -252,9 +252,12 @@ class Pages:
         if act is None:
             raise HTTPException(404, f"no action {name!r}")
 
-        def do(_form: FormData) -> str:
+        def do(form: FormData) -> str:
             if task_id > MAX_ID:
                 raise Refusal(404, f"no task with id {task_id}")
+            step = actions.from_step(form) if name == "retry" else None
+            if step is not None:  # retry --from-step: a workflow's later steps run again
+                return self.ops.retry(task_id, step)
             return act(self.ops, task_id)
 
         return await run_action(request, self.ops, do)

@@ -42,6 +42,7 @@ from durablesched.records import (
     Outcome,
     OutcomeResult,
     Reclaimed,
+    SignalSend,
     Submitted,
     TaskEvent,
     TaskQuery,
@@ -350,6 +351,7 @@ class MemoryStore(MemoryWorkflows):
         *,
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
+        signals: Sequence[SignalSend] = (),
     ) -> bool:
         """As :meth:`SQLStore.complete <durablesched.store.sql.store.SQLStore.complete>`;
         effects are refused (no database). Also the in-memory group commit's step."""
@@ -362,9 +364,15 @@ class MemoryStore(MemoryWorkflows):
             task = self._valid(claim, claim.owner, now)
             if task is None:
                 return False
+            for sent in signals:  # all or nothing: checked before anything changes
+                refused = self._signal_refused(sent.task_id, finishing=task.id)
+                if refused is not None:
+                    raise refused
             for child in children:
                 self._insert(child, now)
             self._finish(task, TaskState.SUCCEEDED, now, result=result)
+            for sent in signals:
+                self._deliver(sent.task_id, sent.name, sent.payload, now)
             add_ended(self._totals, claim, TaskState.SUCCEEDED, now)
             key = effective_key(task.id, task.idempotency_key)
             self.recorded_keys.setdefault(key, (task.id, now, result))
@@ -406,8 +414,8 @@ class MemoryStore(MemoryWorkflows):
         for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             try:
                 results[index] = self._record(outcomes[index], now)
-            except (InvalidTransitionError, UnsupportedOperationError) as e:
-                results[index] = e
+            except (InvalidTransitionError, UnsupportedOperationError, TaskNotFoundError) as e:
+                results[index] = e  # nothing of it was written
         claims = (
             self.claim(
                 owner,
@@ -446,6 +454,7 @@ class MemoryStore(MemoryWorkflows):
             now,
             children=outcome.children,
             effects=outcome.effects,
+            signals=outcome.signals,
         )
         return TaskState.SUCCEEDED if done else None
 
@@ -1224,7 +1233,7 @@ class MemoryStore(MemoryWorkflows):
         if detail is None and error is not None:
             detail = error.message
         self._event(task, now, detail, error if state is TaskState.FAILED else None)
-        self._wake_parent(task.id)
+        self._wake_parent(task.id, now)
         for on_finished in self._on_finished:
             on_finished((task.id,))
 

@@ -154,26 +154,38 @@ class MemoryWorkflows:
 
     def send_signal(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
         with self._lock:
-            task = self._tasks.get(task_id)
-            if task is None:
-                raise TaskNotFoundError(f"no task with id {task_id}")
-            if task.state in TERMINAL:
-                raise InvalidTransitionError(
-                    f"task {task_id} is {task.state}: a finished task takes no signal"
-                )
-            self._signal_ids += 1
-            self._signals.setdefault(task_id, []).append(
-                SignalRecord(self._signal_ids, task_id, name, payload, now)
+            refused = self._signal_refused(task_id)
+            if refused is not None:
+                raise refused
+            return self._deliver(task_id, name, payload, now)
+
+    def _signal_refused(self, task_id: int, finishing: int | None = None) -> Exception | None:
+        """Why the task takes no signal (unknown, or finished: ``finishing`` is the task
+        whose success is being recorded), or None; under the lock."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return TaskNotFoundError(f"no task with id {task_id}")
+        state = TaskState.SUCCEEDED if task_id == finishing else task.state
+        if state in TERMINAL:
+            return InvalidTransitionError(
+                f"task {task_id} is {state}: a finished task takes no signal"
             )
-            if (
-                task.state is TaskState.PENDING
-                and task.due_at > now
-                and self._waits.get(task_id) == name
-            ):
-                task = self._put(replace(task, due_at=now, updated_at=now))
-                self._stale += 1  # its entry at the old due time
-                heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
-            return self._signal_ids
+        return None
+
+    def _deliver(self, task_id: int, name: str, payload: Any, now: datetime) -> int:
+        """Keep the signal, and wake the task if it waits for it; under the lock, for a
+        task that takes signals."""
+        task = self._tasks[task_id]
+        self._signal_ids += 1
+        self._signals.setdefault(task_id, []).append(
+            SignalRecord(self._signal_ids, task_id, name, payload, now)
+        )
+        waits = self._waits.get(task_id)
+        if task.state is TaskState.PENDING and task.due_at > now and waits == name:
+            task = self._put(replace(task, due_at=now, updated_at=now))
+            self._stale += 1  # its entry at the old due time
+            heapq.heappush(self._heap, (task.due_at, task.seq, task.id))
+        return self._signal_ids
 
     def receive_signal(
         self, claim: Claim, position: int, step: str, name: str, now: datetime
@@ -248,14 +260,14 @@ class MemoryWorkflows:
         with self._lock:
             return list(self._children.get(task_id, ()))
 
-    def _wake_parent(self, child_id: int) -> None:
-        """A child ended: its parent, suspended (PENDING, due later), is due since it
-        suspended; under the lock, from the store's ``_finish``."""
+    def _wake_parent(self, child_id: int, now: datetime) -> None:
+        """A child ended: its parent, suspended (PENDING, due later), is due now, at the
+        wake (as a signal's wake); under the lock, from the store's ``_finish``."""
         parent = self._tasks.get(self._parents.get(child_id, 0))
         if parent is None or parent.state is not TaskState.PENDING:
             return
-        if parent.due_at > parent.updated_at:
-            parent = self._put(replace(parent, due_at=parent.updated_at))
+        if parent.due_at > now:
+            parent = self._put(replace(parent, due_at=now, updated_at=now))
             self._stale += 1
             heapq.heappush(self._heap, (parent.due_at, parent.seq, parent.id))
 

@@ -473,8 +473,9 @@ class Store(ScheduleStore, Protocol):
         A child created here is its parent's (:meth:`children`): when it finishes
         (any way: an outcome, a reclaim, a cancel), the same transaction makes its
         parent due at once if the parent is PENDING and due later (a suspended
-        workflow waiting for its children): its ``due_at`` becomes its ``updated_at``,
-        the time it suspended, with no history line.
+        workflow waiting for its children): its ``due_at`` and ``updated_at`` become the
+        time of the child's end (due at the wake, as a signal makes it), with no
+        history line.
         """
         ...
 

@@ -250,7 +250,7 @@ class AttemptRunner:
             if ended.how == "crashed":  # no exception came back: the policy's view of one
                 retry = definition.retry.retries(ProcessCrashed(ended.error.message))
             return self.failure_info(claim, ended.error, retry=retry)
-        return Outcome(claim, result=ended.result, children=ended.children)
+        return Outcome(claim, result=ended.result, children=ended.children, signals=ended.signals)
 
     def _run_async(
         self, definition: TaskDefinition, claim: Claim, ctx: TaskContext, signals: AttemptSignals
@@ -342,7 +342,13 @@ def _succeeded(claim: Claim, ctx: TaskContext, value: Any) -> Outcome:
         result = canonical_json(value, f"the result of task {claim.name!r}")
     except InvalidTaskError as exc:
         return Outcome(claim, error=ErrorInfo.from_exception(unstorable(exc)), retry_at=None)
-    return Outcome(claim, result=result, children=tuple(ctx.children), effects=tuple(ctx.effects))
+    return Outcome(
+        claim,
+        result=result,
+        children=tuple(ctx.children),
+        effects=tuple(ctx.effects),
+        signals=tuple(ctx.sent_signals),
+    )
 
 
 def _call(definition: TaskDefinition, claim: Claim, ctx: TaskContext) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import InvalidTaskError, ProcessCrashed, TaskCancelled
-from durablesched.records import ErrorInfo, NewTask, call_args
+from durablesched.records import ErrorInfo, NewTask, SignalSend, call_args
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
 
@@ -42,6 +42,7 @@ class ChildEnded:
     how: str
     result: Any = None
     children: tuple[NewTask, ...] = ()
+    signals: tuple[SignalSend, ...] = ()
     error: ErrorInfo | None = None
     #: With an error: whether the task's retry policy retries it.
     retry: bool = True
@@ -165,7 +166,10 @@ def _ended(report: dict[str, Any]) -> ChildEnded:
         )
         for c in report.get("children", [])
     )
-    return ChildEnded("result", result=report.get("result"), children=children)
+    signals = tuple(
+        SignalSend(s["task_id"], s["name"], s["payload"]) for s in report.get("signals", [])
+    )
+    return ChildEnded("result", result=report.get("result"), children=children, signals=signals)
 
 
 def _crash(status: int) -> ErrorInfo:
@@ -266,6 +270,9 @@ def _run(definition: TaskDefinition, args: dict[str, Any], ctx: TaskContext) -> 
                 "priority": c.priority,
             }
             for c in ctx.children
+        ],
+        "signals": [
+            {"task_id": s.task_id, "name": s.name, "payload": s.payload} for s in ctx.sent_signals
         ],
     }
 

@@ -6,6 +6,7 @@ transaction, cancelling a parent cancels its unfinished children."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
@@ -20,6 +21,7 @@ from durablesched import (
     Worker,
 )
 from durablesched.records import NewTask
+from durablesched.store.protocol import Operator
 from durablesched.workflows.steps import FOREVER
 
 from ..conftest import T0, BackendStore, at
@@ -73,7 +75,26 @@ def test_a_childs_end_wakes_its_suspended_parent_in_its_own_transaction(
     (kid,) = store.claim("w", 1, at(20), LEASE, names=["kid"])
     assert store.complete(kid, 7, at(21))
     woken = store.get(parent.task_id)
-    assert woken is not None and (woken.state, woken.due_at) == (TaskState.PENDING, at(13))
+    # Due at the wake (the child's end), as a signal's wake: not at its suspension (13),
+    # which would read as a task kept waiting since then (docs/workflows.md).
+    assert woken is not None
+    assert (woken.state, woken.due_at, woken.updated_at) == (TaskState.PENDING, at(21), at(21))
+
+
+def test_a_woken_workflow_is_not_reported_overdue_for_the_time_it_waited(
+    store: BackendStore,
+) -> None:
+    """Suspended for an hour, woken by its child's end: due at the wake, so ``check`` does
+    not find it waiting past its due time (it would, due at its suspension)."""
+    store.submit([NewTask("wf", {}, T0, 3, None)], T0)
+    (parent,) = store.claim("w", 1, at(11), LEASE, names=["wf"])
+    submitted = store.spawn(parent, 0, "spawn:kid", [NewTask("kid", {}, at(12), 3, None)], at(12))
+    assert submitted is not None
+    store.suspend(parent, FOREVER, at(13), detail="waiting", children=([submitted[0].task_id], 0))
+    (kid,) = store.claim("w", 1, at(3600), LEASE, names=["kid"])
+    assert store.complete(kid, 7, at(3601))
+    report = cast(Operator, store).check(at(3602))
+    assert not [f for f in report.findings if parent.task_id in f.task_ids]
 
 
 def test_a_child_that_ended_while_the_parent_ran_is_not_a_lost_wakeup(
@@ -267,4 +288,4 @@ def test_a_reclaim_of_more_tasks_than_one_statement_binds_wakes_their_parents(
     store.claim("w", 1200, at(14), LEASE, names=["kid"])
     assert len(store.reclaim_expired(at(100), no_delay)) == 1200
     woken = store.get(parent.task_id)
-    assert woken is not None and woken.due_at == at(13)
+    assert woken is not None and woken.due_at == at(100)

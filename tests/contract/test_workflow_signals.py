@@ -5,6 +5,7 @@ its timeout, under a manual clock."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -25,7 +26,7 @@ from durablesched.records import NewTask
 from durablesched.testing import run_until_complete
 from durablesched.workflows.steps import FOREVER
 
-from ..conftest import T0, BackendStore, at
+from ..conftest import T0, WAIT, BackendStore, at
 
 LEASE = timedelta(seconds=30)
 NOW_RETRY = RetryPolicy(max_attempts=3, initial=timedelta(0), jitter=0)
@@ -205,3 +206,32 @@ def test_signal_refuses_an_empty_name_and_an_unstorable_payload(scheduler: Sched
     with pytest.raises(InvalidTaskError):
         scheduler.signal(submitted.task_id, "go", object())
     assert scheduler.store.signals(submitted.task_id) == []
+
+
+def test_run_until_complete_leaves_a_wait_with_no_timeout_waiting(
+    scheduler: Scheduler, registry: TaskRegistry, clock: ManualClock
+) -> None:
+    """Due at the far end of time (``FOREVER``), a wait with no timeout is nothing to run:
+    ``run_until_complete`` returns with it PENDING, and does not move the clock to 9999
+    to resume it over and over (each resumption suspends again, uncounted)."""
+
+    @registry.task("wf", pass_context=True)
+    def wf(ctx: TaskContext) -> object:
+        return ctx.wait_for_signal("go")
+
+    task_id = scheduler.submit("wf")
+    ran: list[int] = []
+    # On a thread with a bounded join: without the guard the clock reaches 9999 and
+    # run_due claims the re-suspended task (due "now") again and again, forever.
+    runner = threading.Thread(
+        target=lambda: ran.append(run_until_complete(scheduler, clock, max_runs=20)),
+        daemon=True,
+    )
+    runner.start()
+    runner.join(WAIT)
+    assert ran == [1], "run_until_complete did not return"
+    record = scheduler.get(task_id)
+    assert (record.state, record.due_at, clock.now()) == (TaskState.PENDING, FOREVER, T0)
+    scheduler.signal(task_id, "go", "now")
+    assert run_until_complete(scheduler, clock, max_runs=20) == 1
+    assert scheduler.get(task_id).result == "now"

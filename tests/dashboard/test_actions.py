@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import re
 
+from sqlalchemy import text
+
 from durablesched import TaskState
 
 from .conftest import LEASE, Dash, failed_task
@@ -247,3 +249,43 @@ def test_cancelling_a_finished_task_says_how_it_ended(dash: Dash) -> None:
     answer = dash.act(f"/tasks/{failed}/cancel")
     assert answer.status_code == 409
     assert answer.json() == {"error": f"task {failed}: too late: it had already finished (FAILED)"}
+
+
+def test_retry_from_a_step_forgets_the_later_steps_and_requeues(dash: Dash) -> None:
+    """``retry --from-step`` from the task page: the steps from N are forgotten, those
+    before kept, the task PENDING; refused for a task retry would refuse (the steps of a
+    SUCCEEDED workflow are not forgotten) and for a position that is no number."""
+    failed = failed_task(dash)
+    now = dash.clock.now()
+    with dash.store.engine.begin() as conn:
+        for position, name in enumerate(["a", "b", "c"]):
+            conn.execute(
+                text(
+                    "INSERT INTO task_steps (task_id, position, name, result, recorded_at, "
+                    "attempt) VALUES (:id, :p, :n, '1', :now, 1)"
+                ),
+                {"id": failed, "p": position, "n": name, "now": dash.store._t(now)},
+            )
+    page = dash.client.get(f"/tasks/{failed}")
+    assert 'name="from_step"' in page.text
+    assert dash.act(f"/tasks/{failed}/retry", {"from_step": "x"}).status_code == 400
+    answer = dash.act(f"/tasks/{failed}/retry", {"from_step": "1"})
+    assert answer.json() == {
+        "message": f"task {failed}: PENDING, due now; its steps from 1 on run again"
+    }
+    assert [s.name for s in dash.store.steps(failed)] == ["a"]
+    assert state(dash, failed) is TaskState.PENDING
+    done = dash.scheduler.submit("job", {})
+    (claim,) = dash.store.claim("w9", 1, dash.clock.now(), LEASE, names=["job"])
+    assert dash.store.complete(claim, None, dash.clock.now())
+    with dash.store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO task_steps (task_id, position, name, result, recorded_at, attempt) "
+                "VALUES (:id, 0, 'a', '1', :now, 1)"
+            ),
+            {"id": done, "now": dash.store._t(now)},
+        )
+    refused = dash.act(f"/tasks/{done}/retry", {"from_step": "0"})
+    assert refused.status_code == 409 and "only FAILED or CANCELLED" in refused.json()["error"]
+    assert [s.name for s in dash.store.steps(done)] == ["a"]  # kept: nothing was retried

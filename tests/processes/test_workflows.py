@@ -5,6 +5,7 @@ clock's durable sleep."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -23,7 +24,11 @@ from .conftest import Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
-WORKFLOWS = 60
+#: The issue's proof asks 500 workflows; CI runs 60 (its time budget on 2 shared cores).
+#: ``DURABLESCHED_CHAOS_WORKFLOWS=500`` runs the full size (docs/workflows.md).
+WORKFLOWS = int(os.environ.get("DURABLESCHED_CHAOS_WORKFLOWS", "60"))
+#: Seconds the chaos run may take: 50 for the CI size, in proportion above it.
+CHAOS_SECONDS = 50 * max(1.0, WORKFLOWS / 60)
 STEPS = 10
 WORKERS = 3
 
@@ -50,7 +55,8 @@ def test_sigkill_chaos_runs_every_step_effect_once_and_no_recorded_step_again(
     def finished() -> int:
         return count(db, "name = 'wf_chaos' AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
 
-    deadline = time.monotonic() + 50
+    deadline = time.monotonic() + CHAOS_SECONDS
+    started = time.monotonic()
     while finished() < WORKFLOWS:
         assert time.monotonic() < deadline, f"only {finished()} of {WORKFLOWS} finished"
         time.sleep(rng.uniform(0.2, 0.4))  # a kill every ~300 ms
@@ -89,7 +95,11 @@ def test_sigkill_chaos_runs_every_step_effect_once_and_no_recorded_step_again(
         assert attempts.count(recorded[key]) == 1
         again += len(attempts) - 1
     assert again <= kills * 4, (again, kills)  # at most one step per running workflow a kill
-    print(f"\nworkflow chaos: {WORKFLOWS}x{STEPS} steps, {kills} kills, {again} steps re-run")
+    took = time.monotonic() - started
+    print(
+        f"\nworkflow chaos: {WORKFLOWS}x{STEPS} steps, {kills} kills, {again} steps re-run, "
+        f"{took:.1f} s"
+    )
     assert kills >= 3
 
 

@@ -120,6 +120,7 @@ from durablesched.records import (
     NewTask,
     Outcome,
     OutcomeResult,
+    SignalSend,
     TaskEvent,
     TaskQuery,
     TaskRecord,
@@ -208,14 +209,16 @@ SILENT_FIELDS: dict[str, frozenset[str]] = {
     "signal": frozenset({"due_at", "updated_at"}),
     "heartbeat": frozenset({"lease_expires_at", "updated_at"}),
     "request_cancel": frozenset({"cancel_requested_at", "updated_at", "due_at"}),
-    # A spawned child's end wakes its suspended parent: its due time, no history line.
+    # A signal sent with a success (ctx.signal) wakes a workflow waiting for it.
+    "complete": frozenset({"due_at", "updated_at"}),
+    # ... and a claim ahead's start is recorded (its RUNNING line keeps its place).
+    "record_and_claim": frozenset({"due_at", "updated_at", "started_at"}),
+    # A spawned child's end wakes its suspended parent: due at the wake, no history line.
     **{
-        op: frozenset({"due_at"})
+        op: frozenset({"due_at", "updated_at"})
         for op in (
-            "complete",
             "fail",
             "acknowledge_cancel",
-            "record_and_claim",
             "release",
             "reclaim",
             "suspend",
@@ -799,10 +802,22 @@ class StoresAgree(RuleBasedStateMachine):
     @precondition(lambda self: self.held)
     @rule(data=st.data(), result=st.integers(-5, 5), children=st.integers(0, 2))
     def complete(self, data: st.DataObject, result: int, children: int) -> None:
+        """A success with children and signals (``ctx.signal``) to any task: a signal
+        refused (an unknown or finished task, the sender itself) undoes it all, alike."""
         self.op = "complete"
         claim = data.draw(st.sampled_from(self.held))
         kids = self.new_tasks(data, children, "child", debounce=False)
-        self.both("complete", claim, {"r": result}, self.now(), children=kids)
+        sent = self.signals_to_send(data)
+        self.both("complete", claim, {"r": result}, self.now(), children=kids, signals=sent)
+
+    def signals_to_send(self, data: st.DataObject) -> list[SignalSend]:
+        return [
+            SignalSend(self.task_id(data), name, {"p": payload})
+            for name, payload in data.draw(
+                st.lists(st.tuples(st.sampled_from(["go", "stop"]), st.integers(0, 3)), max_size=2),
+                label="signals",
+            )
+        ]
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), retry_in=st.one_of(st.none(), st.integers(0, 10)))
@@ -928,7 +943,17 @@ class StoresAgree(RuleBasedStateMachine):
         for claim in picked:
             kind = data.draw(
                 st.sampled_from(
-                    ["ok", "ok", "children", "effect", "bad effect", "fail", "retry", "cancel"]
+                    [
+                        "ok",
+                        "ok",
+                        "children",
+                        "effect",
+                        "bad effect",
+                        "signal",
+                        "fail",
+                        "retry",
+                        "cancel",
+                    ]
                 )
             )
             kinds.append(kind)
@@ -950,6 +975,7 @@ class StoresAgree(RuleBasedStateMachine):
                     effects=(_effect(claim.task_id, fails=kind == "bad effect"),)
                     if kind in ("effect", "bad effect")
                     else (),
+                    signals=tuple(self.signals_to_send(data)) if kind == "signal" else (),
                 )
             )
         expected_valid = self.valid_at_turn(outcomes, kinds)
@@ -986,6 +1012,9 @@ class StoresAgree(RuleBasedStateMachine):
                 continue
             want: OutcomeResult = next(model_iter)
             assert _same(want) == _same(got), f"{kind} of {claim}: model {want!r} != {got!r}"
+            if kind == "signal" and isinstance(want, Exception):
+                assert valid, "a signal was refused for an outcome that was not to be written"
+                continue
             assert (want is not None and not isinstance(want, Exception)) == valid
             if kind == "effect" and want is TaskState.SUCCEEDED:
                 ran.append(claim.task_id)
@@ -1000,6 +1029,7 @@ class StoresAgree(RuleBasedStateMachine):
         effect) does not."""
         valid = [False] * len(outcomes)
         written: set[int] = set()
+        ended: set[int] = set()  # finished by an outcome before this one
         for i in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             claim = outcomes[i].claim
             task = self.memory.get(claim.task_id)
@@ -1008,9 +1038,19 @@ class StoresAgree(RuleBasedStateMachine):
             if kinds[i] == "cancel" and task.cancel_requested_at is None:
                 continue  # refused: InvalidTransitionError, nothing written
             valid[i] = True
-            if kinds[i] != "bad effect":
-                written.add(claim.task_id)
+            if kinds[i] == "bad effect" or any(
+                self.refuses_signal(s.task_id, claim.task_id, ended) for s in outcomes[i].signals
+            ):
+                continue
+            written.add(claim.task_id)
+            if kinds[i] != "retry" or task.cancel_requested_at is not None:
+                ended.add(claim.task_id)
         return valid
+
+    def refuses_signal(self, target: int, sender: int, ended: set[int]) -> bool:
+        """Whether a success of ``sender`` sending ``target`` a signal is refused."""
+        task = self.memory.get(target)
+        return task is None or target in ended or target == sender or task.state in TERMINAL
 
     # -- cancellation, expiry, the clock ---------------------------------------------------------
 

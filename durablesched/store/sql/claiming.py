@@ -228,10 +228,8 @@ def record_starts(
 ) -> None:
     """The starts of claims ahead, in a group commit before its outcomes: each valid claim
     whose task has no start yet gets ``started_at`` and its claim's history line moved
-    to that time (the attempt's start)."""
-    if tx.dialect.lock_tasks is not None:
-        ids = sorted({c.task_id for c in started} | {o.claim.task_id for o in outcomes})
-        conn.execute(tx.dialect.lock_tasks, {"ids": ids})
+    to that time (the attempt's start). Their rows are locked already
+    (``Transactions._lock_tasks``)."""
     stamp = tx._t(now)
     for claim in sorted(started, key=lambda c: c.task_id):
         if claim.started_at is None:

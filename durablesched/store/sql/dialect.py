@@ -97,9 +97,10 @@ class SQLDialect:
     #: Run in a claim before counting what limited queues (``:names``) run: many
     #: hosts claim at once on PostgreSQL; SQLite has one writer anyway.
     lock_queues: TextClause | None = None
-    #: Run in a group commit that records starts, before them: takes the rows of every
-    #: task it writes (``:ids``) in id order, as the outcomes alone would (no deadlock
-    #: with a heartbeat); SQLite has one writer anyway.
+    #: Run first in a transaction that records outcomes (and starts, signals): takes the
+    #: rows of every task it writes (``:ids``) and of the parents of those that may end
+    #: (``:children``: a child's end wakes its parent), all in id order, so that no two
+    #: such transactions deadlock; SQLite has one writer anyway.
     lock_tasks: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None

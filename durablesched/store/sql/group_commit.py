@@ -36,8 +36,8 @@ Plan = list[SuccessRun | int]
 
 
 def plan(outcomes: Sequence[Outcome]) -> Plan:
-    """Outcomes in task id order, runs of plain successes (no error, cancel, effects or
-    children) grouped."""
+    """Outcomes in task id order, runs of plain successes (no error, cancel, effects,
+    children or signals) grouped."""
     steps: Plan = []
     run: dict[int, int] = {}  # task id -> index, for the current run of plain successes
 
@@ -56,7 +56,13 @@ def plan(outcomes: Sequence[Outcome]) -> Plan:
 
     for index in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
         outcome = outcomes[index]
-        plain = not (outcome.error or outcome.cancelled or outcome.effects or outcome.children)
+        plain = not (
+            outcome.error
+            or outcome.cancelled
+            or outcome.effects
+            or outcome.children
+            or outcome.signals
+        )
         if plain and outcome.claim.task_id not in run:
             run[outcome.claim.task_id] = index
             continue

@@ -64,7 +64,7 @@ def hand_over(
                 task.attempts,
                 _moving(destination, state),
             )
-        tx._tell_finished(conn, (task.id for task, _ in moved))
+        tx._tell_finished(conn, (task.id for task, _ in moved), now)
     return moved
 
 

@@ -17,6 +17,7 @@ from durablesched.errors import InvalidTransitionError
 from durablesched.records import Claim, Outcome, OutcomeResult, effective_key
 from durablesched.states import TaskState
 from durablesched.store.sql.codec import dump, error_json
+from durablesched.store.sql.signals import deliver
 from durablesched.store.sql.statements import (
     SQL_ACK_CANCEL,
     SQL_COMPLETE,
@@ -49,12 +50,12 @@ def record_outcome(
             return record_cancel(tx, conn, outcome.claim, now)
         except InvalidTransitionError as e:
             return e
-    if not (outcome.effects or outcome.children):
+    if not (outcome.effects or outcome.children or outcome.signals):
         return record_success(tx, conn, outcome, now)
     savepoint = conn.begin_nested()
     try:
         state = record_success(tx, conn, outcome, now)
-    except Exception as e:  # an effect raised: undo this outcome alone
+    except Exception as e:  # an effect raised, a signal was refused: undo this outcome alone
         savepoint.rollback()
         return e
     savepoint.commit()
@@ -64,7 +65,7 @@ def record_outcome(
 def record_success(
     tx: Transactions, conn: Connection, outcome: Outcome, now: datetime
 ) -> TaskState | None:
-    """SUCCEEDED with the result, its key, the children and the effects."""
+    """SUCCEEDED with the result, its key, the children, the effects and the signals."""
     claim = outcome.claim
     result_json = dump(outcome.result)
     params = claim_params(tx, claim, now)
@@ -80,10 +81,13 @@ def record_success(
             "result": result_json,
         },
     )
-    # Effects before children: an effect that raises undoes the outcome, and children
-    # stored first would have taken ids that PostgreSQL's sequence never gives back.
+    # Effects and signals before children: an effect that raises (or a signal refused)
+    # undoes the outcome, and children stored first would have taken ids that
+    # PostgreSQL's sequence never gives back.
     for effect in outcome.effects:
         effect(conn)
+    for sent in outcome.signals:
+        deliver(tx, conn, sent, now)
     if outcome.children:
         insert(tx, conn, outcome.children, now)
     tx._event(conn, claim.task_id, now, TaskState.SUCCEEDED, row.attempts, None)

@@ -111,8 +111,15 @@ def _next_due(names: bool, queues: bool) -> TextClause:
 #: Claims of limited queues take their rows first, in name order (no deadlock):
 #: counting what runs and starting more is then one step among all hosts.
 LOCK_QUEUES = "SELECT name FROM durablesched_queues WHERE name IN :names ORDER BY name FOR UPDATE"
-#: A group commit with starts to record takes every row it writes first, in id order.
-LOCK_TASKS = "SELECT id FROM tasks WHERE id IN :ids ORDER BY id FOR UPDATE"
+#: A transaction that records outcomes takes every row it writes first, in id order:
+#: the tasks' own (``:ids``) and their parents' (of ``:children``), which a child's end
+#: wakes (locks) after its own row. Locked later, a parent (a lower id) would be taken
+#: out of order: two group commits, each ending a child of a workflow whose outcome the
+#: other records, deadlocked (tests/integration/test_postgres_workflow_locks.py).
+LOCK_TASKS = (
+    "SELECT id FROM tasks WHERE id IN :ids OR id = ANY(ARRAY(SELECT parent_id FROM "
+    "task_children WHERE child_id IN :children)) ORDER BY id FOR UPDATE"
+)
 
 
 #: Every claim still held, extended in one statement (``:fences``: JSON {task id:
@@ -305,7 +312,9 @@ POSTGRES = SQLDialect(
     driver=pyformat,
     autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
-    lock_tasks=text(LOCK_TASKS).bindparams(bindparam("ids", expanding=True)),
+    lock_tasks=text(LOCK_TASKS).bindparams(
+        bindparam("ids", expanding=True), bindparam("children", expanding=True)
+    ),
     notify=text(NOTIFY),
     notify_finished=text(NOTIFY_FINISHED),
     writes_history=True,

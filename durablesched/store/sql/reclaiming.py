@@ -78,5 +78,5 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
                 add(tally, (r.queue, r.name, "reclaimed", NO_DURATION), 0)
         for owner in sorted(tallies):
             add_totals(conn, tallies[owner], owner)
-        tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL))
+        tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL), now)
     return reclaimed

@@ -695,11 +695,19 @@ SQL_INSERT_COPY = text(
 
 # -- workflows: what every task's end writes besides itself (docs/workflows.md) ------------------
 
-#: A spawned child ended: its parent, suspended (PENDING, due later), is due since it
-#: suspended. Every parent row is locked, changed or not: a parent suspending at this
+#: A spawned child ended: its parent, suspended (PENDING, due later), is due now, at the
+#: wake (not at the time it suspended: a due time in the past would read as a task kept
+#: waiting that long, to ``check``'s overdue finding and the claim-lag figures, and put
+#: it ahead of all work queued since; its priority is what may put it ahead).
+#: Every parent row is locked, changed or not: a parent suspending at this
 #: moment either commits first (and is woken here) or waits and then sees the child ended.
+#: On PostgreSQL the parents' rows are locked already, with the transaction's other rows
+#: in id order, at its start (``Transactions._lock_tasks``): taken here, after the
+#: child's row, a parent (a lower id) would be locked out of order, and two group
+#: commits each ending a child of the other's workflow deadlocked.
 SQL_WAKE_PARENTS = text(
-    "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > updated_at "
-    "THEN updated_at ELSE due_at END "
+    "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > :now "
+    "THEN :now ELSE due_at END, updated_at = CASE WHEN state = 'PENDING' AND due_at > :now "
+    "THEN :now ELSE updated_at END "
     "WHERE id IN (SELECT parent_id FROM task_children WHERE child_id IN :ids)"
 ).bindparams(bindparam("ids", expanding=True))

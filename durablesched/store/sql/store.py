@@ -42,6 +42,7 @@ from durablesched.records import (
     QueueStats,
     Reclaimed,
     SignalRecord,
+    SignalSend,
     StepRecord,
     Submitted,
     TaskEvent,
@@ -343,21 +344,31 @@ class SQLStore(Transactions):
         *,
         children: Sequence[NewTask] = (),
         effects: Sequence[Effect] = (),
+        signals: Sequence[SignalSend] = (),
     ) -> bool:
-        """Record SUCCEEDED with ``result``, the children and the effects, atomically,
+        """Record SUCCEEDED with ``result``, the children, the effects and the signals
+        (each delivered as :meth:`send_signal` delivers one), atomically,
         with the task's idempotency key: one outcome outside a group commit.
 
         Not on the :class:`Store` protocol (the worker records through
         ``record_and_claim``); for tools and tests. False (nothing written) if the
-        claim is not valid; an effect that raises undoes everything and propagates.
+        claim is not valid; an effect that raises (or a signal refused: an unknown or
+        finished task) undoes everything and propagates.
         """
-        outcome = Outcome(claim, result=result, children=tuple(children), effects=tuple(effects))
+        outcome = Outcome(
+            claim,
+            result=result,
+            children=tuple(children),
+            effects=tuple(effects),
+            signals=tuple(signals),
+        )
         with self._write(f"recording the success of task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id, *(s.task_id for s in signals)], [claim.task_id])
             state = record_success(self, conn, outcome, now)
             if state is None:
                 return False
             self._add_totals(conn, [(claim, state)], now)
-            self._tell_finished(conn, (claim.task_id,))
+            self._tell_finished(conn, (claim.task_id,), now)
             return True
 
     def fail(
@@ -367,20 +378,22 @@ class SQLStore(Transactions):
         requested cancellation): one outcome outside a group commit, for tools and
         tests. Returns the new state, or None if the claim is not valid."""
         with self._write(f"recording the failure of task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id], [claim.task_id])
             state = record_failure(self, conn, Outcome(claim, error=error, retry_at=retry_at), now)
             self._add_totals(conn, [(claim, state)], now)
             if state in TERMINAL:
-                self._tell_finished(conn, (claim.task_id,))
+                self._tell_finished(conn, (claim.task_id,), now)
             return state
 
     def acknowledge_cancel(
         self, claim: Claim, now: datetime, *, detail: str = "cancellation acknowledged"
     ) -> bool:
         with self._write(f"cancelling task {claim.task_id}") as conn:
+            self._lock_tasks(conn, [claim.task_id], [claim.task_id])
             if record_cancel(self, conn, claim, now, detail) is None:
                 return False
             self._add_totals(conn, [(claim, TaskState.CANCELLED)], now)
-            self._tell_finished(conn, (claim.task_id,))
+            self._tell_finished(conn, (claim.task_id,), now)
             return True
 
     def record_and_claim(
@@ -403,7 +416,11 @@ class SQLStore(Transactions):
         that raises is undone alone and comes back as its exception.
         """
         steps = group_commit.plan(outcomes)
+        ending = [o.claim.task_id for o in outcomes]
+        touched = [c.task_id for c in started] + ending
+        touched += [s.task_id for o in outcomes for s in o.signals]
         with self._write("recording outcomes and claiming") as conn:
+            self._lock_tasks(conn, touched, ending)
             if started:
                 record_starts(self, conn, started, outcomes, now)
             results = group_commit.record_outcomes(self, conn, outcomes, now, steps)
@@ -417,6 +434,7 @@ class SQLStore(Transactions):
                     for outcome, state in zip(outcomes, results, strict=True)
                     if state in TERMINAL
                 ),
+                now,
             )
             rows, waiting = claim_with_ahead(
                 self,
@@ -506,6 +524,7 @@ class SQLStore(Transactions):
         released = 0
         cancelled: list[int] = []
         with self._write("giving back unfinished tasks") as conn:
+            self._lock_tasks(conn, (c.task_id for c in claims), (c.task_id for c in claims))
             for claim in sorted(claims, key=lambda c: c.task_id):
                 params = claim_params(self, claim, now)
                 row = conn.execute(SQL_RELEASE, params).first()
@@ -523,7 +542,7 @@ class SQLStore(Transactions):
                     cancelled.append(claim.task_id)
             if released:
                 self._wake_others(conn)
-            self._tell_finished(conn, cancelled)
+            self._tell_finished(conn, cancelled, now)
         return released
 
     # -- cancellation and expiry ----------------------------------------------------------------
@@ -531,12 +550,13 @@ class SQLStore(Transactions):
     def request_cancel(self, task_id: int, now: datetime) -> CancelOutcome:
         params: dict[str, Any] = {"id": task_id, "now": self._t(now)}
         with self._write(f"cancelling task {task_id}") as conn:
+            self._lock_tasks(conn, [task_id], [task_id])
             row = conn.execute(SQL_CANCEL_WAITING, params).first()
             if row is not None:
                 self._event(
                     conn, task_id, now, TaskState.CANCELLED, row.attempts, "cancelled before start"
                 )
-                self._tell_finished(conn, (task_id,))
+                self._tell_finished(conn, (task_id,), now)
                 return CancelOutcome.CANCELLED
             asked = conn.execute(SQL_CANCEL_RUNNING, params).first()
             if asked is not None:

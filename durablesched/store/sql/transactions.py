@@ -305,7 +305,19 @@ class Transactions:
         if self.dialect.notify is not None:
             conn.execute(self.dialect.notify, {})
 
-    def _tell_finished(self, conn: Executor, task_ids: Iterable[int]) -> None:
+    def _lock_tasks(self, conn: Executor, ids: Iterable[int], ending: Iterable[int]) -> None:
+        """PostgreSQL: lock the rows of the tasks ``ids`` and of the parents of ``ending``
+        (whose end :meth:`_tell_finished` wakes them), all in id order, before writing any:
+        rows locked in one global order never deadlock (a parent's id is lower than its
+        children's, so waking it after a child's row was taken would go against it)."""
+        sql = self.dialect.lock_tasks
+        if sql is None:
+            return
+        wanted = sorted(set(ids))
+        if wanted:
+            conn.execute(sql, {"ids": wanted, "children": sorted(set(ending)) or [0]})
+
+    def _tell_finished(self, conn: Executor, task_ids: Iterable[int], now: datetime) -> None:
         """Wake the suspended workflows whose spawned children these are, and tell waiting
         handles elsewhere, on commit, that these tasks finished (where the database must
         be told: SQLite's watchers see every commit)."""
@@ -313,7 +325,8 @@ class Transactions:
         if not ids:
             return
         for start in range(0, len(ids), WAKE_BATCH):  # a reclaim may end any number
-            conn.execute(SQL_WAKE_PARENTS, {"ids": ids[start : start + WAKE_BATCH]})
+            batch = ids[start : start + WAKE_BATCH]
+            conn.execute(SQL_WAKE_PARENTS, {"ids": batch, "now": self._t(now)})
         sql = self.dialect.notify_finished
         if sql is None:
             return

@@ -15,11 +15,19 @@ from typing import Any
 from sqlalchemy import bindparam, text
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
-from durablesched.records import Claim, NewTask, SignalRecord, StepRecord, Submitted
+from durablesched.records import (
+    Claim,
+    NewTask,
+    SignalRecord,
+    SignalSend,
+    StepRecord,
+    Submitted,
+)
 from durablesched.states import TERMINAL, TaskState
 from durablesched.store.protocol import Effect
 from durablesched.store.sql.codec import dump, from_db_time, opt_time
 from durablesched.store.sql.outcomes import claim_params
+from durablesched.store.sql.signals import deliver
 from durablesched.store.sql.statements import VALID
 from durablesched.store.sql.submitting import insert
 from durablesched.store.sql.transactions import Transactions
@@ -56,20 +64,8 @@ SQL_DUE_IF_SIGNALLED = text(
     "AND EXISTS (SELECT 1 FROM task_signals s WHERE s.task_id = :id AND s.name = :signal "
     "AND s.consumed_position IS NULL)"
 )
-#: The task's row, locked before a signal goes in (PostgreSQL: a suspension in flight
-#: commits first, so the wake below sees what it waits for; a later one sees the signal).
+#: The task's row, locked (PostgreSQL: ``forget_steps`` waits for a finish in flight).
 SQL_LOCK_TASK = text("UPDATE tasks SET fence = fence WHERE id = :id RETURNING state")
-SQL_INSERT_SIGNAL = text(
-    "INSERT INTO task_signals (task_id, name, payload, sent_at) "
-    "VALUES (:id, :name, :payload, :now) RETURNING id"
-)
-#: A task suspended waiting for this signal: due now (a signal wakes it, no polling).
-SQL_WAKE_WAITING = text(
-    "UPDATE tasks SET due_at = :now, updated_at = :now "
-    "WHERE id = :id AND state = 'PENDING' AND due_at > :now "
-    "AND EXISTS (SELECT 1 FROM task_waits w WHERE w.task_id = :id AND w.signal = :name) "
-    "RETURNING id"
-)
 SQL_STEP_AT = text("SELECT 1 FROM task_steps WHERE task_id = :id AND position = :position")
 #: The oldest signal of a name no wait took yet.
 SQL_PENDING_SIGNAL = text(
@@ -154,6 +150,7 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
 ) -> TaskState | None:
     """``Store.suspend``."""
     with tx._write(f"suspending task {claim.task_id}") as conn:
+        tx._lock_tasks(conn, [claim.task_id], [claim.task_id])  # a cancel wakes its parent
         params = {**claim_params(tx, claim, now), "until": tx._t(until)}
         row = conn.execute(SQL_SUSPEND, params).first()
         if row is None:
@@ -161,7 +158,7 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
         state = TaskState(row.state)
         if state is TaskState.CANCELLED:
             detail = "cancelled while suspending"
-            tx._tell_finished(conn, (claim.task_id,))
+            tx._tell_finished(conn, (claim.task_id,), now)
         elif signal is None:
             conn.execute(SQL_FORGET_WAIT, params)
         else:
@@ -179,19 +176,8 @@ def suspend(  # noqa: PLR0917 - the protocol's arguments, in its order
 
 def send_signal(tx: Transactions, task_id: int, name: str, payload: Any, now: datetime) -> int:
     """``Store.send_signal``."""
-    params = {"id": task_id, "name": name, "payload": dump(payload), "now": tx._t(now)}
     with tx._write(f"sending signal {name!r} to task {task_id}") as conn:
-        state = conn.execute(SQL_LOCK_TASK, params).scalar()
-        if state is None:
-            raise TaskNotFoundError(f"no task with id {task_id}")
-        if TaskState(state) in TERMINAL:
-            raise InvalidTransitionError(
-                f"task {task_id} is {state}: a finished task takes no signal"
-            )
-        signal_id: int = conn.execute(SQL_INSERT_SIGNAL, params).scalar_one()
-        if conn.execute(SQL_WAKE_WAITING, params).first() is not None:
-            tx._wake_others(conn)
-        return signal_id
+        return deliver(tx, conn, SignalSend(task_id, name, payload), now)
 
 
 def receive_signal(  # noqa: PLR0917 - the protocol's arguments, in its order
