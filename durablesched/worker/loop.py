@@ -63,12 +63,12 @@ class Worker:
     (:class:`CorruptDatabase`) or an unusable schema stops it at once.
     Outcomes are group-committed: every outcome pending in one transaction
     (waiting up to ``commit_delay`` for the tasks still running here) that
-    also claims into the freed slots. With ``ahead`` > 0 (off by default: it
-    slowed CPU-bound tasks at 2 slots, docs/performance.md) a committer thread
-    records them, and the worker holds up to ``ahead`` claims
+    also claims into the freed slots. With ``ahead`` > 0 (8 by default) a
+    committer thread records them, and the worker holds up to ``ahead`` claims
     beyond its slots, waiting for a slot: no more than it starts within
-    ``ahead_window`` seconds at its recent rate, never from a queue with a
-    stored limit. ``ahead=0`` claims only into free slots (docs/design.md).
+    ``ahead_window`` seconds at its recent rate (none for long tasks), never
+    from a queue with a stored limit. ``ahead=0`` claims only into free slots
+    (docs/design.md; the trade-off: docs/performance.md).
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
@@ -108,7 +108,7 @@ class Worker:
         queues: Mapping[str, int] | None = None,
         after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
         unknown_tasks: str = "skip",
-        ahead: int = 0,
+        ahead: int = 8,
         ahead_window: float = 0.05,
     ) -> None:
         if scheduler.registry is None:

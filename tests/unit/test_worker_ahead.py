@@ -193,8 +193,8 @@ def test_the_default_claims_ahead_only_what_starts_within_the_window(
     cap (8); with 20 ms ones, 20; with 2 s ones, none; none either while an attempt
     here has run 2 s, whatever the recent length. Fails with the age of the oldest
     attempt running left out."""
-    assert Worker(scheduler).ahead == 0  # asked for, not the default
-    worker = Worker(scheduler, concurrency=8, lease=LEASE, owner="w", ahead=8)
+    assert Worker(scheduler).ahead == 8  # the default
+    worker = Worker(scheduler, concurrency=8, lease=LEASE, owner="w")
     assert (worker.ahead, worker.ahead_window) == (8, 0.05)
     ahead = worker._ahead
     assert ahead.target(0.0) == 0
