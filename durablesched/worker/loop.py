@@ -615,9 +615,11 @@ class Worker:
             times.append(self._watch.early_heartbeat_at(now))
         if self._leases.next_reclaim is not None:
             times.append(self._leases.next_reclaim)
-        if self._ahead.count:
-            # A claim ahead that waits too long is given back (Ahead.take_stale).
-            times.append(now + timedelta(seconds=self._ahead.stale_after))
+        stale = self._ahead.next_stale()
+        if stale is not None:
+            # A claim ahead that waits too long is given back (Ahead.take_stale) as soon
+            # as it has: a long task waits at most about the window for another worker.
+            times.append(now + timedelta(seconds=stale))
         if self._schedules.next_fire is not None:
             times.append(self._schedules.next_fire)
         return min(times, default=None)

@@ -228,6 +228,29 @@ def test_a_claim_ahead_that_waits_too_long_is_given_back(
     tasks.release.set()
 
 
+def test_after_a_claim_ahead_is_given_back_none_is_claimed_ahead_until_an_attempt_ends(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """The slot it waited for is held by a long attempt: claiming it ahead again at once
+    would take it from a worker with a free slot, window after window (the mixed
+    benchmark saw one task given back and claimed again by the same worker three
+    times, 185 ms). Fails without the hold-off."""
+    scheduler.submit("block")
+    waiting = scheduler.submit("quick", {"tag": "waiting"})
+    assert worker.run_once() == 2
+    assert tasks.blocking.wait(WAIT)
+    window = worker._ahead._window
+    worker._ahead._window = 0.0  # everything waiting is now stale
+    worker.run_once()
+    worker._ahead._window = window  # the blocking attempt is young again: 2 ahead allowed
+    assert worker.run_once() == 0
+    task = scheduler.get(waiting)
+    assert task is not None and task.state is TaskState.PENDING
+    worker._ahead.ended(0.001)  # an attempt ended here: claiming ahead again
+    assert worker._ahead.target(0.0) == 2
+    tasks.release.set()
+
+
 @pytest.mark.parametrize("bad", [-1, 10_001, 1.5, True, "8"])
 def test_ahead_must_be_a_count(scheduler: Scheduler, bad: object) -> None:
     with pytest.raises(ConfigurationError, match="ahead must be an integer"):
