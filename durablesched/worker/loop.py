@@ -166,6 +166,8 @@ class Worker:
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
         self._schedules = ScheduleStep(scheduler, self.registry)
+        #: When the loop, asleep, looks next (None: not before it is woken).
+        self._looks_at: datetime | None = None
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -292,7 +294,8 @@ class Worker:
                     continue
                 if done:
                     return
-                clock.wait(self._wakeup, self._next_wake_time(now, next_claim))
+                self._looks_at = self._next_wake_time(now, next_claim)
+                clock.wait(self._wakeup, self._looks_at)
         finally:
             self._commit.looping = False
             self._committer.stop()
@@ -449,6 +452,11 @@ class Worker:
         waiting = [running for running in held if running.waiting]
         if waiting:
             self._ahead.hold(waiting)
+            looks_at = self._looks_at
+            window = timedelta(seconds=self._ahead.stale_after)
+            if looks_at is None or looks_at > self.scheduler.clock.now() + window:
+                # The loop gives back what waits past the window: it must look by then.
+                self._wakeup.set()
         for running in starting:
             self._pool.submit(self._execute, running)
         if waiting:
