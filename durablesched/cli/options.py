@@ -29,8 +29,8 @@ DEFAULTS: dict[str, str] = {
     "cancel_grace": "5",
     # A task the worker's --app lacks: left for another worker (Worker's own default).
     "unknown_tasks": "skip",
-    # Claims ahead of the slots (Worker's own defaults: off): docs/performance.md.
-    "ahead": "0",
+    # Claims ahead of the slots (Worker's own defaults): docs/performance.md.
+    "ahead": "8",
     "ahead_window": "0.05",
     # --burst: how far ahead a retry due or a lease lapsing is waited for.
     "burst_wait": "5",

@@ -81,7 +81,7 @@ def register(commands: Commands) -> None:
         p,
         "--ahead",
         help="at most how many tasks to claim beyond the slots, waiting for one to free "
-        "(0: claim only into free slots)",
+        "(default 8; 0: claim only into free slots)",
     )
     option(
         p,
@@ -131,7 +131,7 @@ class WorkerOptions:
     burst_wait: float
     queues: dict[str, int] | None = None
     unknown_tasks: str = "skip"
-    ahead: int = 0
+    ahead: int = 8
     ahead_window: float = 0.05
 
 

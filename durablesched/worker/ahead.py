@@ -62,6 +62,10 @@ class Ahead:
         self._reserved_queues: Counter[str] = Counter()
         #: The recent length of an attempt here (seconds), None before the first ends.
         self._recent: float | None = None
+        #: A claim ahead waited past the window: none more until an attempt ends here
+        #: (the slots it waited for are held by long attempts; another worker may
+        #: have one free, and would otherwise lose the task to this one again).
+        self._held_off = False
 
     # -- how many ---------------------------------------------------------------------------
 
@@ -70,11 +74,12 @@ class Ahead:
         with self._lock:
             recent = self._recent
             self._recent = seconds if recent is None else recent + _WEIGHT * (seconds - recent)
+            self._held_off = False
 
     def target(self, oldest_running: float) -> int:
         """How many claims to hold ahead now (call with the lock held): what this worker
         starts within the window at its recent rate, at most ``ahead``."""
-        if self._most == 0 or self._recent is None:
+        if self._most == 0 or self._recent is None or self._held_off:
             return 0
         length = max(self._recent, oldest_running, 1e-6)
         return min(self._most, int(self._concurrency * self._window / length))
@@ -164,7 +169,18 @@ class Ahead:
             stale = [r for r in self._waiting if r.started < limit]
             for r in stale:
                 self._waiting.remove(r)
+            if stale:
+                self._held_off = True
             return stale
+
+    def next_stale(self) -> float | None:
+        """Seconds until the longest-waiting claim ahead has waited the window (at least
+        a millisecond), or None if none waits."""
+        with self._lock:
+            if not self._waiting:
+                return None
+            oldest = min(r.started for r in self._waiting)
+        return max(0.001, oldest + self._window - time.monotonic())
 
     def take_all(self) -> list[Running]:
         """Every waiting claim (the worker is stopping)."""

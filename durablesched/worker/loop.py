@@ -63,12 +63,12 @@ class Worker:
     (:class:`CorruptDatabase`) or an unusable schema stops it at once.
     Outcomes are group-committed: every outcome pending in one transaction
     (waiting up to ``commit_delay`` for the tasks still running here) that
-    also claims into the freed slots. With ``ahead`` > 0 (off by default: it
-    slowed CPU-bound tasks at 2 slots, docs/performance.md) a committer thread
-    records them, and the worker holds up to ``ahead`` claims
+    also claims into the freed slots. With ``ahead`` > 0 (8 by default) a
+    committer thread records them, and the worker holds up to ``ahead`` claims
     beyond its slots, waiting for a slot: no more than it starts within
-    ``ahead_window`` seconds at its recent rate, never from a queue with a
-    stored limit. ``ahead=0`` claims only into free slots (docs/design.md).
+    ``ahead_window`` seconds at its recent rate (none for long tasks), never
+    from a queue with a stored limit. ``ahead=0`` claims only into free slots
+    (docs/design.md; the trade-off: docs/performance.md).
     Use :meth:`run` (blocking), :meth:`start`/:meth:`stop` (in a thread), or
     :meth:`run_once` and :meth:`run_due` from tests. The options are read-only
     attributes once the worker is built (see :class:`WorkerOptions`).
@@ -108,7 +108,7 @@ class Worker:
         queues: Mapping[str, int] | None = None,
         after_commit: Callable[[Outcome, TaskState | None, datetime], object] | None = None,
         unknown_tasks: str = "skip",
-        ahead: int = 0,
+        ahead: int = 8,
         ahead_window: float = 0.05,
     ) -> None:
         if scheduler.registry is None:
@@ -166,6 +166,8 @@ class Worker:
         self._pool: TaskThreads[Running] | None = None
         self._thread: threading.Thread | None = None
         self._schedules = ScheduleStep(scheduler, self.registry)
+        #: When the loop, asleep, looks next (None: not before it is woken).
+        self._looks_at: datetime | None = None
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -292,7 +294,8 @@ class Worker:
                     continue
                 if done:
                     return
-                clock.wait(self._wakeup, self._next_wake_time(now, next_claim))
+                self._looks_at = self._next_wake_time(now, next_claim)
+                clock.wait(self._wakeup, self._looks_at)
         finally:
             self._commit.looping = False
             self._committer.stop()
@@ -449,6 +452,11 @@ class Worker:
         waiting = [running for running in held if running.waiting]
         if waiting:
             self._ahead.hold(waiting)
+            looks_at = self._looks_at
+            window = timedelta(seconds=self._ahead.stale_after)
+            if looks_at is None or looks_at > self.scheduler.clock.now() + window:
+                # The loop gives back what waits past the window: it must look by then.
+                self._wakeup.set()
         for running in starting:
             self._pool.submit(self._execute, running)
         if waiting:
@@ -615,9 +623,11 @@ class Worker:
             times.append(self._watch.early_heartbeat_at(now))
         if self._leases.next_reclaim is not None:
             times.append(self._leases.next_reclaim)
-        if self._ahead.count:
-            # A claim ahead that waits too long is given back (Ahead.take_stale).
-            times.append(now + timedelta(seconds=self._ahead.stale_after))
+        stale = self._ahead.next_stale()
+        if stale is not None:
+            # A claim ahead that waits too long is given back (Ahead.take_stale) as soon
+            # as it has: a long task waits at most about the window for another worker.
+            times.append(now + timedelta(seconds=stale))
         if self._schedules.next_fire is not None:
             times.append(self._schedules.next_fire)
         return min(times, default=None)

@@ -59,7 +59,7 @@ class WorkerOptions:
     unknown_tasks: str = "skip"
     #: At most how many claims beyond its slots the worker holds, waiting for a slot
     #: (0: a claim only into a free slot).
-    ahead: int = 0
+    ahead: int = 8
     #: The seconds of starts at its recent rate that the claims ahead may cover: a
     #: worker claims ahead only what it will start this soon (docs/performance.md).
     ahead_window: float = 0.05
@@ -80,7 +80,7 @@ class WorkerOptions:
         cancel_grace: float,
         queues: Mapping[str, int] | None = None,
         unknown_tasks: str = "skip",
-        ahead: int = 0,
+        ahead: int = 8,
         ahead_window: float = 0.05,
     ) -> WorkerOptions:
         """The options as given to ``Worker``, defaulted, or a ConfigurationError."""
