@@ -180,6 +180,11 @@ SQL_KEY_STARTS = text(
     "SELECT at FROM durablesched_key_starts WHERE queue = :queue AND limit_key = :key "
     "AND at > :since"
 )
+#: ... the claim statement undone when it took a key whose window was full at the
+#: claim's time (``claiming._claim_within_key_rates``) ...
+SQL_KEY_SAVEPOINT = text("SAVEPOINT durablesched_key_rates")
+SQL_KEY_ROLLBACK = text("ROLLBACK TO SAVEPOINT durablesched_key_rates")
+SQL_KEY_RELEASE = text("RELEASE SAVEPOINT durablesched_key_rates")
 #: ... and a key whose window is full left without a head until it passes.
 SQL_KEY_HEAD = text(
     "SELECT head_id FROM durablesched_limit_keys WHERE queue = :queue AND limit_key = :key"
