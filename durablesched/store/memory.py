@@ -291,6 +291,7 @@ class MemoryStore(MemoryWorkflows):
                 or task.due_at > now
                 or self._held_back(task)
                 or (task.limit_key is not None and (queue, task.limit_key) in keys_taken)
+                or self._key_window_full(task, now)
             ):
                 # Another name, or made ready by a claim at a later time (its caller
                 # read the clock after this one's): not due at this claim's time.
@@ -1331,6 +1332,22 @@ class MemoryStore(MemoryWorkflows):
                 del self._key_blocked[(q, key)]
                 self._sync_key(q, key)
         return rated
+
+    def _key_window_full(self, task: TaskRecord, now: datetime) -> bool:
+        """As ``claiming._late_keys``: whether ``task``'s key has its rate's count of starts
+        after ``now`` minus the window, those of claims with later times included (a
+        claim reads its clock before it waits); if so the key is blocked until its window
+        admits a start at ``now``."""
+        limits = self._queues.get(task.queue)
+        if task.limit_key is None or limits is None or limits.rate_per_key is None:
+            return False
+        key = (task.queue, task.limit_key)
+        frees = rate_frees_at(limits.rate_per_key, self._key_starts.get(key, []), now)
+        if frees is None:
+            return False
+        self._key_blocked[key] = frees
+        self._heads.pop(key, None)
+        return True
 
     def _count_key_start(self, queue: str, key: str, rate: Rate, now: datetime) -> None:
         """As ``claiming._count_key_start``: a start remembered; a full window blocks the key."""

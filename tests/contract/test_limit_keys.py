@@ -221,3 +221,55 @@ def test_a_rate_per_key_with_a_concurrency_per_key(store: BackendStore) -> None:
     finish(store, a[0], when=21)
     assert take(store, when=22) == []  # free to run, but its window is full
     assert take(store, when=80) == [a[1]]
+
+
+def test_a_rate_per_key_counts_starts_committed_by_claims_with_later_times(
+    store: BackendStore,
+) -> None:
+    """Claims read their clock before they wait for the write lock, so they commit with
+    times out of order: a claim counts every start of its key after its own time minus
+    the window, those committed with later times too (the process test's sequence)."""
+    store.put_queue(QueueLimits("sync", rate_per_key=Rate(3, timedelta(seconds=1))), T0)
+    a = ids_of(store, [new("a") for _ in range(6)])
+    assert claimed(store, when=13.100) == [a[0]]
+    assert claimed(store, when=13.090) == [a[1]]
+    assert claimed(store, when=13.252) == [a[2]]  # full until 14.090
+    assert claimed(store, when=14.108) == [a[3]]  # (13.108, 14.108]: 13.252 and this one
+    # At 13.990 the window (12.990, ...) holds 13.100, 13.090, 13.252 and 14.108: full.
+    assert claimed(store, when=13.990) == []
+    assert claimed(store, when=14.099) == []  # 13.100 is still in its window
+    assert claimed(store, when=14.100) == [a[4]]  # (13.100, ...): 13.252, 14.108, this
+    assert claimed(store, when=14.200) == []  # (13.200, ...): full until 14.252
+    assert claimed(store, when=14.252) == [a[5]]
+
+
+def test_a_late_claim_takes_another_key_instead_of_a_full_one(store: BackendStore) -> None:
+    store.put_queue(QueueLimits("sync", rate_per_key=Rate(2, timedelta(seconds=1))), T0)
+    a = ids_of(store, [new("a") for _ in range(4)])
+    (b,) = ids_of(store, [new("b", due=11)])
+    (plain,) = ids_of(store, [new(None, due=12)])
+    assert claimed(store, n=1, when=15.0) == [a[0]]
+    assert claimed(store, n=1, when=15.1) == [a[1]]  # full until 16.0
+    assert claimed(store, n=1, when=16.5) == [a[2]]  # (15.5, 16.5]: room for one more
+    # A claim read at 15.8: a's window (14.8, ...) holds 15.0, 15.1 and 16.5, so b and
+    # the plain task are taken, not a.
+    assert claimed(store, n=3, when=15.8) == [b, plain]
+    assert claimed(store, n=3, when=16.1) == [a[3]]  # (15.1, ...): 16.5 alone
+
+
+def test_a_queue_rate_counts_starts_committed_by_claims_with_later_times(
+    store: BackendStore,
+) -> None:
+    """The queue's own rate: the same out-of-order claims never start more than it."""
+    store.put_queue(QueueLimits("sync", rate=Rate(3, timedelta(seconds=1))), T0)
+    tasks = ids_of(store, [new(None) for _ in range(6)])
+    assert len(claimed(store, n=1, when=13.100)) == 1
+    assert len(claimed(store, n=1, when=13.090)) == 1
+    assert len(claimed(store, n=1, when=13.252)) == 1
+    assert len(claimed(store, n=3, when=14.108)) == 2  # 14.100 frees one: 13.252, 2 here
+    assert claimed(store, n=3, when=13.990) == []
+    # (13.095, 14.095] holds 13.100 and 13.252 alone, but the two at 14.108 count too.
+    assert claimed(store, n=3, when=14.095) == []
+    assert claimed(store, n=3, when=14.200) == []  # 13.252 and two at 14.108: full
+    assert len(claimed(store, n=3, when=14.252)) == 1
+    assert len(tasks) == 6

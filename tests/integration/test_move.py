@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from durablesched import ConfigurationError, ErrorInfo, TaskState
+from durablesched import ConfigurationError, ErrorInfo, QueueLimits, TaskState
 from durablesched.records import NewTask
 from durablesched.store.move import move_live_tasks
 from durablesched.store.sql.postgres import PostgresStore
@@ -178,3 +178,49 @@ def test_the_old_name_still_moves_and_warns(tmp_path: Path) -> None:
     finally:
         source.close()
         destination.close()
+
+
+def test_moved_tasks_keep_their_limit_and_debounce_keys(pair: tuple[SQLStore, SQLStore]) -> None:
+    source, destination = pair
+    for store in (source, destination):
+        store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    made = source.submit(
+        [
+            NewTask("keyed", {"n": 1}, at(10), 3, queue="sync", limit_key="a"),
+            NewTask("keyed", {"n": 2}, at(10), 3, queue="sync", limit_key="a"),
+            NewTask("quiet", {"n": 3}, at(50), 3, debounce_key="d", debounce_until=at(60)),
+        ],
+        T0,
+    )
+    report = move_live_tasks(source, destination, lambda: at(20))
+    first, second, quiet = (report.mapping[m.task_id] for m in made)
+    keys = [destination.get(i) for i in (first, second, quiet)]
+    assert [(t.limit_key, t.debounce_key) for t in keys if t is not None] == [
+        ("a", None),
+        ("a", None),
+        (None, "d"),
+    ]
+    # Its key's limit holds there: one of key a at a time.
+    assert [c.task_id for c in destination.claim("w", 10, at(20), LEASE, names={"keyed"})] == [
+        first
+    ]
+    # A submit there with the debounce key debounces the moved task.
+    (again,) = destination.submit(
+        [NewTask("quiet", {"n": 4}, at(40), 3, debounce_key="d", debounce_until=at(70))], at(21)
+    )
+    assert again.task_id == quiet
+    moved = destination.get(quiet)
+    assert moved is not None and moved.args == {"n": 4} and moved.due_at == at(40)
+
+
+def test_a_debounce_key_held_in_the_destination_stays_with_its_task(
+    pair: tuple[SQLStore, SQLStore],
+) -> None:
+    source, destination = pair
+    (mine,) = destination.submit([NewTask("quiet", {"n": 1}, at(50), 3, debounce_key="d")], T0)
+    (theirs,) = source.submit([NewTask("quiet", {"n": 2}, at(50), 3, debounce_key="d")], T0)
+    report = move_live_tasks(source, destination, lambda: at(20))
+    arrived = destination.get(report.mapping[theirs.task_id])
+    assert arrived is not None and (arrived.args, arrived.debounce_key) == ({"n": 2}, None)
+    held = destination.get(mine.task_id)
+    assert held is not None and held.debounce_key == "d"

@@ -27,6 +27,9 @@ from durablesched.store.sql.statements import (
     SQL_HOLD_BACK,
     SQL_IN_PROCESS,
     SQL_KEY_HEAD,
+    SQL_KEY_RELEASE,
+    SQL_KEY_ROLLBACK,
+    SQL_KEY_SAVEPOINT,
     SQL_KEY_STARTS,
     SQL_KEYS_TO_FREE,
     SQL_MARK_STARTED,
@@ -89,7 +92,11 @@ def claim_rows(
     params.update((f"n{i}", name) for i, name in enumerate(ordered))
     # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue,
     # priority, created_at
-    rows = tx._rows(conn, tx.dialect.claim_for(len(arms), len(ordered)), params)
+    statement = tx.dialect.claim_for(len(arms), len(ordered))
+    if key_rated:
+        rows = _claim_within_key_rates(tx, conn, statement, params, key_rated=key_rated, now=now)
+    else:
+        rows = tx._rows(conn, statement, params)
     if not rows:
         return []
     in_process = [r[0] for r in rows if r[2] in process_names]
@@ -99,8 +106,6 @@ def claim_rows(
     for r in rows:
         if r[9] in rated:
             conn.execute(SQL_REMEMBER_START, {"queue": r[9], "at": stamp})
-    if key_rated:
-        _count_key_starts(tx, conn, rows, key_rated, now)
     if not tx.dialect.writes_history:
         detail = f"claimed by {owner} from queue "
         tx._many(
@@ -138,34 +143,82 @@ def _unblock_keys(
     return key_rated
 
 
+def _claim_within_key_rates(
+    tx: Transactions,
+    conn: Connection,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    key_rated: dict[str, Rate],
+    now: datetime,
+) -> list[Any]:
+    """The claim statement's rows, each start of a keyed, rated queue counted in its key's
+    window.
+
+    A claim reads its clock before it waits for the write lock, so claims commit with
+    times out of order, and a key left with a head by a claim at a later time may be
+    full at this claim's: its window counts every start after ``now`` minus the window,
+    those "in its future" too. Such a key's start is undone (the statement runs after a
+    savepoint and is rolled back to it), the key is blocked until its window admits a
+    start at ``now``, and the statement runs again (each round blocks one more key).
+    Claims in time order never roll back."""
+    while True:
+        conn.execute(SQL_KEY_SAVEPOINT)
+        rows = tx._rows(conn, statement, params)
+        full = _count_key_starts(tx, conn, rows, key_rated, now)
+        if full is None:
+            conn.execute(SQL_KEY_RELEASE)
+            return rows
+        conn.execute(SQL_KEY_ROLLBACK)
+        conn.execute(SQL_KEY_RELEASE)
+        key, frees = full
+        _block_key(tx, conn, key, frees)
+
+
 def _count_key_starts(
     tx: Transactions,
     conn: Connection,
     rows: list[Any],
     key_rated: dict[str, Rate],
     now: datetime,
-) -> None:
-    """Each claimed task of a keyed, rated queue counted in its key's window."""
+) -> tuple[tuple[str, str], datetime] | None:
+    """Each claimed task of a keyed, rated queue counted in its key's window; or the first
+    key whose window was already full at ``now``, and when it admits a start at ``now``
+    (the starts counted before it are to be rolled back)."""
     for r in sorted((r for r in rows if r[9] in key_rated and r[12] is not None), key=_key_of):
-        _count_key_start(tx, conn, (r[9], r[12]), key_rated[r[9]], now)
+        key = _key_of(r)
+        full = _count_key_start(tx, conn, key, key_rated[key[0]], now)
+        if full is not None:
+            return key, full
+    return None
 
 
 def _count_key_start(
     tx: Transactions, conn: Connection, key: tuple[str, str], rate: Rate, now: datetime
-) -> None:
-    """Remember a start of ``key`` (queue, limit key); if its window is now full, take its
-    head away until the window admits another start (a claim takes at most one task of a
-    key)."""
+) -> datetime | None:
+    """Remember a start of ``key`` (queue, limit key) if its window at ``now`` has room
+    (every start after ``now`` minus the window counts, later ones too); if the window is
+    then full, take its head away until it admits another start (a claim takes at most
+    one task of a key). A window full already: when it admits a start, nothing done."""
     where = {"queue": key[0], "key": key[1]}
-    conn.execute(SQL_REMEMBER_KEY_START, {**where, "at": tx._t(now)})
-    conn.execute(SQL_FORGET_KEY_STARTS, {**where, "before": tx._t(rate.forget_before(now))})
     since = tx._t(now - rate.per)
     starts = [from_db_time(t) for (t,) in conn.execute(SQL_KEY_STARTS, {**where, "since": since})]
-    frees = rate_frees_at(rate, starts, now)
-    if frees is None:
-        return
+    full = rate_frees_at(rate, starts, now)
+    if full is not None:
+        return full
+    conn.execute(SQL_REMEMBER_KEY_START, {**where, "at": tx._t(now)})
+    conn.execute(SQL_FORGET_KEY_STARTS, {**where, "before": tx._t(rate.forget_before(now))})
+    frees = rate_frees_at(rate, [*starts, now], now)
+    if frees is not None:
+        _block_key(tx, conn, key, frees)
+    return None
+
+
+def _block_key(tx: Transactions, conn: Connection, key: tuple[str, str], until: datetime) -> None:
+    """Leave ``key`` without a head (its head held back) until ``until``."""
+    where = {"queue": key[0], "key": key[1]}
     head = conn.execute(SQL_KEY_HEAD, where).scalar()
-    conn.execute(SQL_BLOCK_KEY, {**where, "until": tx._t(frees)})
+    conn.execute(SQL_BLOCK_KEY, {**where, "until": tx._t(until)})
     if head is not None:
         conn.execute(SQL_HOLD_BACK, {"id": head})
 

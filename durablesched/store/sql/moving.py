@@ -9,6 +9,7 @@ confirms the move by rewriting that line. Not part of the Store protocol;
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -20,6 +21,7 @@ from durablesched.store.sql.codec import dump, error_json, record
 from durablesched.store.sql.statements import (
     SQL_CONFIRM_MOVE,
     SQL_COPIED,
+    SQL_DEBOUNCE_HELD,
     SQL_ENSURE_QUEUE,
     SQL_EVENT_ID,
     SQL_FIND_KEY,
@@ -29,6 +31,7 @@ from durablesched.store.sql.statements import (
     SQL_INSTANCE,
     SQL_LIVE_IDS,
     SQL_RECORD_COPY,
+    SQL_TOUCH_TASK,
 )
 from durablesched.store.sql.submitting import allocate
 from durablesched.store.sql.transactions import Transactions
@@ -50,11 +53,20 @@ def hand_over(
     :func:`confirm_move`, :func:`in_transit` finds them again.
     """
     with tx._write("handing over live tasks") as conn:
-        live = {r.id: r.state for r in conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch})}
-        if not live:
+        found = conn.execute(SQL_LIVE_IDS, {"after": after, "batch": batch}).all()
+        if not found:
             return []
+        live = {r.id: r.state for r in found}
+        # Read before the hand-over: a task leaving PENDING gives its debounce key up.
+        debounce = {r.id: r.debounce_key for r in found}
         rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": tx._t(now)}).all()
-        moved = sorted(((record(r), TaskState(live[r.id])) for r in rows), key=lambda m: m[0].id)
+        moved = sorted(
+            (
+                (replace(record(r), debounce_key=debounce[r.id]), TaskState(live[r.id]))
+                for r in rows
+            ),
+            key=lambda m: m[0].id,
+        )
         for task, state in moved:
             tx._event(
                 conn,
@@ -138,6 +150,9 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
         conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
         return int(holder), "key"
     new_id = int(allocate(tx, conn, 1)[0])
+    debounce_key = task.debounce_key
+    if debounce_key is not None and conn.execute(SQL_DEBOUNCE_HELD, {"key": debounce_key}).first():
+        debounce_key = None  # a task here debounces that key: the arrival runs as it is
     stored = conn.execute(
         SQL_INSERT_COPY,
         {
@@ -154,6 +169,11 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
             "now": stamp,
             "queue": task.queue,
             "priority": task.priority,
+            "limit_key": task.limit_key,
+            "debounce_key": debounce_key,
+            # Its debounce window's end is not handed over: its due time (no later than
+            # that end) caps how far later submits with the key may put it off.
+            "debounce_until": None if debounce_key is None else tx._t(task.due_at),
         },
     ).first()
     if stored is None:
@@ -168,6 +188,8 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
         conn.execute(SQL_RECORD_COPY, {**ref, "task_id": holder, "now": stamp})
         return int(holder), "key"
     conn.execute(SQL_ENSURE_QUEUE, {"name": task.queue})
+    if task.limit_key is not None:
+        conn.execute(SQL_TOUCH_TASK, {"id": new_id})
     # Its first line is its submission, when and where it happened; then its arrival.
     tx._event(
         conn,

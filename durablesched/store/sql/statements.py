@@ -180,6 +180,11 @@ SQL_KEY_STARTS = text(
     "SELECT at FROM durablesched_key_starts WHERE queue = :queue AND limit_key = :key "
     "AND at > :since"
 )
+#: ... the claim statement undone when it took a key whose window was full at the
+#: claim's time (``claiming._claim_within_key_rates``) ...
+SQL_KEY_SAVEPOINT = text("SAVEPOINT durablesched_key_rates")
+SQL_KEY_ROLLBACK = text("ROLLBACK TO SAVEPOINT durablesched_key_rates")
+SQL_KEY_RELEASE = text("RELEASE SAVEPOINT durablesched_key_rates")
 #: ... and a key whose window is full left without a head until it passes.
 SQL_KEY_HEAD = text(
     "SELECT head_id FROM durablesched_limit_keys WHERE queue = :queue AND limit_key = :key"
@@ -653,8 +658,10 @@ def sql_unclaimed(paused_queues: bool) -> tuple[TextClause, TextClause]:
 SQL_INSTANCE = text("SELECT value FROM durablesched_counters WHERE name = 'instance'")
 #: The next ``:batch`` live (claimable) tasks with ids above ``:after``.
 SQL_LIVE_IDS = text(
-    f"SELECT id, state FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after ORDER BY id LIMIT :batch"
+    f"SELECT id, state, debounce_key FROM tasks WHERE {CLAIMABLE_SQL} AND id > :after "
+    "ORDER BY id LIMIT :batch"
 )
+#: (The debounce key is read before: a task leaving PENDING gives it up.)
 #: Live tasks leave the source as CANCELLED (no worker there can run them again)
 #: before they exist in the destination; the event's detail says where they went.
 SQL_HAND_OVER = text(
@@ -687,10 +694,17 @@ SQL_RECORD_COPY = text(
 #: nothing (no row back) if a key-holding task here has its key.
 SQL_INSERT_COPY = text(
     "INSERT INTO tasks (id, seq, name, args, state, due_at, attempts, max_attempts, fence, "
-    "last_error, idempotency_key, created_at, updated_at, queue, priority) VALUES (:id, :id, "
+    "last_error, idempotency_key, created_at, updated_at, queue, priority, limit_key, "
+    "debounce_key, debounce_until) VALUES (:id, :id, "
     ":name, :args, :state, :due_at, :attempts, :max_attempts, 0, :last_error, :key, "
-    f":created_at, :now, :queue, :priority) {KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
+    ":created_at, :now, :queue, :priority, :limit_key, :debounce_key, :debounce_until) "
+    f"{KEY_HOLDER_CONFLICT} DO NOTHING RETURNING id"
 )
+#: Whether a task here holds debounce key ``:key`` (an arriving task then leaves its own).
+SQL_DEBOUNCE_HELD = text("SELECT 1 FROM tasks WHERE debounce_key = :key")
+#: An arrived task with a limit key brought into its key's bookkeeping: setting its state
+#: to itself fires the triggers (SQLite has no INSERT trigger on ``tasks``, migration 0017).
+SQL_TOUCH_TASK = text("UPDATE tasks SET state = state WHERE id = :id")
 
 
 # -- workflows: what every task's end writes besides itself (docs/workflows.md) ------------------
