@@ -366,11 +366,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     store = open_db(args)
     try:
         try:
-            if from_step is not None:
-                task = store.get(wanted)
-                if task is not None and task.state in RETRYABLE:
-                    store.forget_steps(wanted, from_step)
-            store.requeue(wanted, SystemClock().now())
+            store.requeue(wanted, SystemClock().now(), from_step)
         except TaskNotFoundError as e:
             raise Refused(str(e)) from None
         except InvalidTransitionError as e:

@@ -85,19 +85,9 @@ class Operations:
                 501, "this store cannot requeue tasks (the in-memory one has no operator)"
             )
         try:
-            if from_step is not None:
-                task = self.store.get(task_id)
-                if task is None:
-                    raise TaskNotFoundError(f"no task with id {task_id}")
-                if task.state not in (TaskState.FAILED, TaskState.CANCELLED):
-                    # Checked first: forgetting the steps of a task retry then refuses
-                    # (a SUCCEEDED one) would leave it finished with its steps gone.
-                    raise InvalidTransitionError(
-                        f"task {task_id} is {task.state}: only FAILED or CANCELLED tasks "
-                        "can be retried"
-                    )
-                self.store.forget_steps(task_id, from_step)
-            requeue(task_id, self.scheduler.clock.now())
+            # One transaction: a refused requeue (another task holds the key, the task
+            # is not FAILED or CANCELLED) forgets no step.
+            requeue(task_id, self.scheduler.clock.now(), from_step)
         except TaskNotFoundError as e:
             raise Refusal(404, str(e)) from None
         except InvalidTransitionError as e:

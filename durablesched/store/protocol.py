@@ -608,8 +608,11 @@ class Operator(Protocol):
     #: The schema's Alembic revision, as the store found (or migrated) it.
     schema_revision: str
 
-    def requeue(self, task_id: int, now: datetime) -> None:
+    def requeue(self, task_id: int, now: datetime, from_step: int | None = None) -> None:
         """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+        With ``from_step``, a workflow's steps from that position on are forgotten in the
+        same transaction (``retry --from-step``; see ``forget_steps``): a refused requeue
+        forgets none.
 
         :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
         for a task in any other state.

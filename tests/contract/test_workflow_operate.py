@@ -67,6 +67,37 @@ def test_a_live_workflows_steps_are_not_forgotten(store: BackendStore) -> None:
     assert len(store.steps(claim.task_id)) == 1
 
 
+def a_failed_keyed_workflow(store: BackendStore, key: str) -> int:
+    (submitted,) = store.submit([NewTask("wf", {}, T0, 1, key)], T0)
+    (claim,) = store.claim("w", 1, at(11), LEASE)
+    assert store.record_step(claim, 0, "a", 1, at(12))
+    assert store.record_step(claim, 1, "b", 2, at(12))
+    store.fail(claim, ErrorInfo("E", "boom", ""), None, at(13))
+    return submitted.task_id
+
+
+@sql_backends_only
+def test_retry_from_a_step_forgets_steps_only_if_the_requeue_is_taken(
+    store: BackendStore,
+) -> None:
+    """``retry --from-step`` is one transaction: refused (another task took the key
+    meanwhile, or the task is not FAILED or CANCELLED) it forgets no step."""
+    assert isinstance(store, SQLStore)
+    first = a_failed_keyed_workflow(store, "order-1")
+    (second,) = store.submit([NewTask("wf", {}, at(14), 1, "order-1")], at(14))
+    assert second.created
+    with pytest.raises(InvalidTransitionError, match="held by"):
+        store.requeue(first, at(15), from_step=0)
+    assert [s.name for s in store.steps(first)] == ["a", "b"]
+    assert (store.get(first) or pytest.fail("gone")).state is TaskState.FAILED
+    with pytest.raises(InvalidTransitionError, match="PENDING"):
+        store.requeue(second.task_id, at(15), from_step=0)
+    other = a_failed_keyed_workflow(store, "order-2")
+    store.requeue(other, at(15), from_step=1)
+    assert [s.name for s in store.steps(other)] == ["a"]
+    assert (store.get(other) or pytest.fail("gone")).state is TaskState.PENDING
+
+
 @sql_backends_only
 def test_purge_takes_the_steps_signals_and_children_links_with_the_task(
     store: BackendStore,

@@ -287,5 +287,5 @@ def test_retry_from_a_step_forgets_the_later_steps_and_requeues(dash: Dash) -> N
             {"id": done, "now": dash.store._t(now)},
         )
     refused = dash.act(f"/tasks/{done}/retry", {"from_step": "0"})
-    assert refused.status_code == 409 and "only FAILED or CANCELLED" in refused.json()["error"]
+    assert refused.status_code == 409 and "only a FAILED or CANCELLED" in refused.json()["error"]
     assert [s.name for s in dash.store.steps(done)] == ["a"]  # kept: nothing was retried

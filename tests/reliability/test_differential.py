@@ -74,6 +74,7 @@ The run is bounded by time, not by a count of examples: see
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
 import os
@@ -291,7 +292,22 @@ class ModelStore(MemoryStore):
     """The in-memory store with the operator's ``requeue``, ``stats`` and ``purge``, which
     the in-memory backend does not offer: the model of what ``Operator`` promises."""
 
-    def requeue(self, task_id: int, now: datetime) -> None:
+    def requeue(self, task_id: int, now: datetime, from_step: int | None = None) -> None:
+        """With ``from_step``, the steps are forgotten only if the requeue is taken (one
+        transaction in the SQL stores): forgotten first, put back if it is refused."""
+        if from_step is None:
+            return self._requeue(task_id, now)
+        steps, signals = dict(self._steps), dict(self._signals)  # forget_steps replaces lists
+        with contextlib.suppress(TaskNotFoundError, InvalidTransitionError):
+            self.forget_steps(task_id, from_step)  # refused for a live task: so is the requeue
+        try:
+            self._requeue(task_id, now)
+        except (TaskNotFoundError, InvalidTransitionError):
+            self._steps, self._signals = steps, signals
+            raise
+        return None
+
+    def _requeue(self, task_id: int, now: datetime) -> None:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
@@ -1198,11 +1214,11 @@ class StoresAgree(RuleBasedStateMachine):
 
     # -- operator actions ------------------------------------------------------------------------
 
-    @rule(data=st.data())
-    def requeue(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), from_step=st.none() | st.integers(0, 3))
+    def requeue(self, data: st.DataObject, from_step: int | None) -> None:
         self.op = "requeue"
         task_id = self.task_id(data)
-        if self.both("requeue", task_id, self.now()) is None:
+        if self.both("requeue", task_id, self.now(), from_step) is None:
             self.cancelled_before_start.pop(task_id, None)
 
     @rule(ago=st.integers(-10, 120), batch=st.sampled_from([1, 2, 10_000]))

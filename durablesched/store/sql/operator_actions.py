@@ -39,13 +39,16 @@ from durablesched.store.sql.statements import (
 )
 from durablesched.store.sql.submitting import allocate
 from durablesched.store.sql.transactions import Transactions
+from durablesched.store.sql.workflows import forget_steps_on
 
 #: The states a requeue takes a task from (docs/cli.md, ``durablesched retry``).
 REQUEUEABLE = frozenset({TaskState.FAILED.value, TaskState.CANCELLED.value})
 
 
-def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
-    """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget.
+def requeue(tx: Transactions, task_id: int, now: datetime, from_step: int | None = None) -> None:
+    """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget; with
+    ``from_step``, a workflow's steps from that position forgotten in the same transaction
+    (``retry --from-step``: a refused requeue forgets nothing).
 
     :class:`TaskNotFoundError` for an unknown id; :class:`InvalidTransitionError`
     if the task is in another state or another task now holds its key.
@@ -75,6 +78,8 @@ def requeue(tx: Transactions, task_id: int, now: datetime) -> None:
             raise InvalidTransitionError(
                 f"task {task_id}'s idempotency key is now held by another task"
             ) from None
+        if from_step is not None:
+            forget_steps_on(conn, task_id, from_step)
         tx._event(conn, task_id, now, TaskState.PENDING, 0, "requeued")
         tx._wake_others(conn)
 

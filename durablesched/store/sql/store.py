@@ -716,9 +716,10 @@ class SQLStore(Transactions):
 
     # -- operator actions (not part of the Store protocol): see operator_actions.py ---------------
 
-    def requeue(self, task_id: int, now: datetime) -> None:
-        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget."""
-        operator_actions.requeue(self, task_id, now)
+    def requeue(self, task_id: int, now: datetime, from_step: int | None = None) -> None:
+        """FAILED or CANCELLED back to PENDING, due ``now``, with a fresh attempt budget
+        (and, with ``from_step``, a workflow's steps from there forgotten, at once)."""
+        operator_actions.requeue(self, task_id, now, from_step)
 
     def stats(self, now: datetime) -> QueueStats:
         """Counts per state, the oldest overdue task, running leases, recent failures."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import Connection, bindparam, text
 
 from durablesched.errors import InvalidTransitionError, TaskNotFoundError
 from durablesched.records import (
@@ -269,9 +269,16 @@ def forget_steps(tx: Transactions, task_id: int, position: int) -> int:
             raise InvalidTransitionError(
                 f"task {task_id} is {state}: only a finished workflow's steps can be forgotten"
             )
-        forgotten: int = conn.execute(SQL_FORGET_STEPS, params).rowcount
-        conn.execute(SQL_GIVE_BACK_SIGNALS, params)
-        return forgotten
+        return forget_steps_on(conn, task_id, position)
+
+
+def forget_steps_on(conn: Connection, task_id: int, position: int) -> int:
+    """Forget the steps from ``position`` on in the caller's transaction (a finished task's:
+    the caller checked), giving back the signals their waits took; how many were forgotten."""
+    params = {"id": task_id, "position": position}
+    forgotten: int = conn.execute(SQL_FORGET_STEPS, params).rowcount
+    conn.execute(SQL_GIVE_BACK_SIGNALS, params)
+    return forgotten
 
 
 def children(tx: Transactions, task_id: int) -> list[int]:
