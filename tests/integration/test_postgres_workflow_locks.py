@@ -6,17 +6,18 @@ each held inside its transaction by an effect until the other is inside too."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from durablesched import TaskState
 from durablesched.records import Claim, NewTask, Outcome
 from durablesched.store.sql.postgres import PostgresStore
 
-from ..conftest import T0, at
+from ..conftest import T0, WAIT, at
 from .gates import Run
 
 LEASE = timedelta(seconds=30)
@@ -85,3 +86,63 @@ def test_two_group_commits_each_ending_a_child_of_the_others_workflow_do_not_dea
     for claim in (p1, p2, *kids):
         record = a.get(claim.task_id)
         assert record is not None and record.state is TaskState.SUCCEEDED
+
+
+def _until_waiting(store: PostgresStore, count: int, what: str) -> None:
+    """Until ``count`` of this database's backends wait for a row lock (polled every 10 ms,
+    at most WAIT seconds)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with store.engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        if waiting == count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never saw {what}")
+
+
+def test_a_reclaim_failing_a_child_and_a_group_commit_of_its_parent_do_not_deadlock(
+    stores: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """A reclaim fails an expired child C (its last attempt) and wakes its parent P; a
+    group commit (the zombie's worker) records P's outcome and C's, locking P then C.
+    Made to meet: a third connection holds C; the reclaim waits for C, then the group
+    commit takes P and waits for C too; C is let go. The reclaim, given C first, wanted
+    P next, held by the group commit, which wanted C: a deadlock, with P locked late.
+    Locked first, in id order, the reclaim holds P before the group commit comes."""
+    a, b = stores
+    holder = PostgresStore(pg_url)
+    try:
+        a.submit([NewTask("wf", {}, T0, 3, None)], T0)
+        (parent,) = a.claim("w", 1, at(11), LEASE * 10, ["wf"])  # its lease outlives the test
+        assert a.spawn(parent, 0, "spawn:kid", [NewTask("kid", {}, T0, 1, None)], at(11))
+        (child,) = a.claim("w", 1, at(12), LEASE, ["kid"])
+        later = at(12) + LEASE + timedelta(seconds=1)
+        with holder.engine.begin() as conn:
+            conn.execute(
+                text("SELECT id FROM tasks WHERE id = :id FOR UPDATE"), {"id": child.task_id}
+            )
+            reclaim = Run(lambda: a.reclaim_expired(later, lambda _name, _n: timedelta(0)))
+            _until_waiting(holder, 1, "the reclaim wait for the child")
+            commit = Run(
+                lambda: b.record_and_claim(
+                    [Outcome(parent, result=1), Outcome(child, result=2)],
+                    at(13),
+                    owner="w",
+                    limit=0,
+                    lease=LEASE,
+                )
+            )
+            _until_waiting(holder, 2, "the group commit wait too")
+        (reclaimed,) = reclaim.answer()
+        assert (reclaimed.task_id, reclaimed.state) == (child.task_id, TaskState.FAILED)
+        commit.answer()
+    finally:
+        holder.close()
+    record = a.get(child.task_id)
+    assert record is not None and record.state is TaskState.FAILED

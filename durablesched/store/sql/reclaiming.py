@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row
 
 from durablesched.errors import LeaseExpired
 from durablesched.records import ErrorInfo, Reclaimed
@@ -42,7 +45,13 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
             # before their leases are judged; a dead worker's waits one turn more.
             log.info("reclaim deferred: the write lock was held a long while just now")
             return reclaimed
-        for r in conn.execute(SQL_EXPIRED, {"now": stamp}).all():
+        expired = conn.execute(SQL_EXPIRED, {"now": stamp}).all()
+        # PostgreSQL: the rows, and the parents a failed or cancelled one wakes, locked
+        # first in id order, as every outcome's transaction does (a parent locked after
+        # its child's row would go against a group commit holding both in order).
+        ending = (r.id for r in expired if r.cancel_requested_at is not None or ends(r))
+        tx._lock_tasks(conn, (r.id for r in expired), ending)
+        for r in expired:
             detail = (
                 f"lease of {r.lease_owner} expired at "
                 f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
@@ -52,7 +61,7 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
             finished_at: datetime | None = now
             if r.cancel_requested_at is not None:
                 state = TaskState.CANCELLED
-            elif r.attempts >= r.max_attempts:
+            elif ends(r):
                 state = TaskState.FAILED
             else:
                 state = TaskState.RETRY_WAIT
@@ -80,3 +89,8 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
             add_totals(conn, tallies[owner], owner)
         tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL), now)
     return reclaimed
+
+
+def ends(expired: Row[Any]) -> bool:
+    """Whether an expired attempt was the task's last (the reclaim fails it)."""
+    return bool(expired.attempts >= expired.max_attempts)
