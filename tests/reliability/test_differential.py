@@ -614,7 +614,9 @@ class StoresAgree(RuleBasedStateMachine):
         ),
         paused=st.sampled_from([False, False, True]),
         per_key=st.sampled_from([None, None, 1, 2]),
-        key_rate=st.sampled_from([None, None, Rate(1, timedelta(seconds=10))]),
+        key_rate=st.sampled_from(
+            [None, None, Rate(1, timedelta(seconds=10)), Rate(2, timedelta(seconds=10))]
+        ),
     )
     def put_queue(  # noqa: PLR0917 - one rule's drawn arguments
         self,
