@@ -4,6 +4,7 @@ through the database."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -80,6 +81,40 @@ class Workers:
         """Until the worker logs its start line (its signal handlers are in place by then)."""
         index = self.procs.index(proc)
         wait_for(lambda: "worker " in self.log(index), f"worker {index} to start")
+
+    def chaos(
+        self, *args: str, workers: int, seconds: float, rng: random.Random
+    ) -> tuple[list[subprocess.Popen[bytes]], int]:
+        """``workers`` workers (``args``, 4 slots, 1 s leases), one SIGKILLed every 300 ms
+        for ``seconds`` (each once up: a start-up can outlast 300 ms on a loaded machine)
+        and replaced; the live ones, and how many were killed."""
+        live = [self.start(*args, concurrency=4, lease=1) for _ in range(workers)]
+        kills = 0
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            time.sleep(0.3)
+            victim = live.pop(rng.randrange(len(live)))
+            self.wait_started(victim)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(30)
+            kills += 1
+            live.append(self.start(*args, concurrency=4, lease=1))
+        return live, kills
+
+    def drain_and_stop(
+        self, db: str, live: list[subprocess.Popen[bytes]], tasks: int, seconds: float
+    ) -> None:
+        """Until ``tasks`` tasks are finished (at most ``seconds``), then SIGTERM the live
+        workers, each of which must exit 0."""
+        deadline = time.monotonic() + seconds
+        while (done := count(db, "state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")) < tasks:
+            assert time.monotonic() < deadline, f"only {done} of {tasks} finished"
+            time.sleep(0.1)
+        for proc in live:
+            self.wait_started(proc)
+            proc.send_signal(signal.SIGTERM)
+        for proc in live:
+            assert proc.wait(30) == 0
 
     def log(self, index: int) -> str:
         return (self.out / f"worker-{index}.log").read_text()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -21,7 +19,7 @@ import pytest
 from durablesched import Scheduler
 from durablesched.store.sql.codec import from_db_time
 
-from .conftest import Workers, count, query
+from .conftest import Workers, query
 
 pytestmark = pytest.mark.processes
 
@@ -51,29 +49,10 @@ def test_sigkill_every_300_ms_never_starts_a_key_over_its_rate_and_loses_nothing
         for _ in range(PER_KEY)
         for key in range(KEYS)
     ]
-    live = [workers.start("--queue", "rates=4", concurrency=4, lease=1) for _ in range(WORKERS)]
-    kills = 0
-    chaos_ends = time.monotonic() + CHAOS_SECONDS
-    while time.monotonic() < chaos_ends:
-        time.sleep(0.3)
-        victim = live.pop(rng.randrange(len(live)))
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(30)
-        kills += 1
-        live.append(workers.start("--queue", "rates=4", concurrency=4, lease=1))
-
-    def finished() -> int:
-        return count(db, "state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
-
-    deadline = time.monotonic() + 120
-    while finished() < len(ids):
-        assert time.monotonic() < deadline, f"only {finished()} of {len(ids)} finished"
-        time.sleep(0.1)
-    for proc in live:
-        workers.wait_started(proc)
-        proc.send_signal(signal.SIGTERM)
-    for proc in live:
-        assert proc.wait(30) == 0
+    live, kills = workers.chaos(
+        "--queue", "rates=4", workers=WORKERS, seconds=CHAOS_SECONDS, rng=rng
+    )
+    workers.drain_and_stop(db, live, len(ids), 120)
 
     # Nothing lost: every task ended, and only a task whose leases all lapsed failed.
     states = dict(query(db, "SELECT id, state FROM tasks WHERE queue = 'rates'"))

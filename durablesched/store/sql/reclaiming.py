@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row
 
@@ -46,27 +46,15 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
             log.info("reclaim deferred: the write lock was held a long while just now")
             return reclaimed
         expired = conn.execute(SQL_EXPIRED, {"now": stamp}).all()
-        # PostgreSQL: the rows, and the parents a failed or cancelled one wakes, locked
-        # first in id order, as every outcome's transaction does (a parent locked after
-        # its child's row would go against a group commit holding both in order).
-        ending = (r.id for r in expired if r.cancel_requested_at is not None or ends(r))
+        # Each one's fate first (the retry policy is the caller's code: run before any
+        # row is locked), then, on PostgreSQL, the rows and the parents a failed or
+        # cancelled one wakes, locked in id order, as every outcome's transaction does
+        # (a parent locked after its child's row would go against a group commit holding
+        # both in order); each UPDATE re-checks state, fence and expiry.
+        fates = [fate(r, now, retry_delay) for r in expired]
+        ending = (r.id for r, f in zip(expired, fates, strict=True) if f.state in TERMINAL)
         tx._lock_tasks(conn, (r.id for r in expired), ending)
-        for r in expired:
-            detail = (
-                f"lease of {r.lease_owner} expired at "
-                f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
-            )
-            error = ErrorInfo.recorded(LeaseExpired, detail)
-            due_at: datetime | None = None
-            finished_at: datetime | None = now
-            if r.cancel_requested_at is not None:
-                state = TaskState.CANCELLED
-            elif ends(r):
-                state = TaskState.FAILED
-            else:
-                state = TaskState.RETRY_WAIT
-                due_at = now + retry_delay(r.name, r.attempts)
-                finished_at = None
+        for r, (state, due_at, finished_at, detail, error) in zip(expired, fates, strict=True):
             updated = conn.execute(
                 SQL_RECLAIM,
                 {
@@ -91,6 +79,27 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
     return reclaimed
 
 
-def ends(expired: Row[Any]) -> bool:
-    """Whether an expired attempt was the task's last (the reclaim fails it)."""
-    return bool(expired.attempts >= expired.max_attempts)
+class Fate(NamedTuple):
+    """What a reclaim makes of one expired attempt."""
+
+    state: TaskState
+    due_at: datetime | None
+    finished_at: datetime | None
+    detail: str
+    error: ErrorInfo
+
+
+def fate(r: Row[Any], now: datetime, retry_delay: RetryDelay) -> Fate:
+    """CANCELLED if cancellation was requested, FAILED if attempts are exhausted, else
+    RETRY_WAIT after ``retry_delay``."""
+    detail = (
+        f"lease of {r.lease_owner} expired at "
+        f"{from_db_time(r.lease_expires_at).isoformat()} during attempt {r.attempts}"
+    )
+    error = ErrorInfo.recorded(LeaseExpired, detail)
+    if r.cancel_requested_at is not None:
+        return Fate(TaskState.CANCELLED, None, now, detail, error)
+    if r.attempts >= r.max_attempts:
+        return Fate(TaskState.FAILED, None, now, detail, error)
+    due_at = now + retry_delay(r.name, r.attempts)
+    return Fate(TaskState.RETRY_WAIT, due_at, None, detail, error)
