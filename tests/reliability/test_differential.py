@@ -85,7 +85,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -435,14 +435,21 @@ class ModelStore(MemoryStore):
         heapq.heapify(self._heap)
 
 
-class StoresAgree(RuleBasedStateMachine):
-    #: Examples and steps run, over all of a test's hypothesis calls.
+class Counted(RuleBasedStateMachine):
+    """A machine that counts the examples and steps it ran, over all of a test's
+    hypothesis calls."""
+
     examples = 0
     steps = 0
 
     def __init__(self) -> None:
         super().__init__()
         type(self).examples += 1
+
+
+class StoresAgree(Counted):
+    def __init__(self) -> None:
+        super().__init__()
         self.clock = ManualClock(T0)
         self.memory = ModelStore(compact_min=4)
         #: Attempts the totals counted at the last step: they never go back.
@@ -1523,7 +1530,7 @@ class PostgresAgrees(StoresAgree):
         self.sql.close()
 
 
-def run_for_a_while(machine: type[StoresAgree], seconds: float = DIFF_SECONDS) -> str:
+def run_for_a_while(machine: type[Counted], seconds: float = DIFF_SECONDS) -> str:
     """Run ``machine`` with fresh random examples until ``seconds`` have passed (at least
     one call of :data:`CHUNK` examples); say how much ran."""
     machine.examples = machine.steps = 0
@@ -1537,6 +1544,10 @@ def run_for_a_while(machine: type[StoresAgree], seconds: float = DIFF_SECONDS) -
                 stateful_step_count=STEPS,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow],
+                # Hypothesis's "ci" profile (loaded when CI=true) derandomizes: every
+                # call would draw the same CHUNK examples, so CI's whole budget would
+                # rerun five. A failure prints its minimal program to reproduce it.
+                derandomize=False,
             ),
         )
         if time.monotonic() >= deadline:
@@ -1560,6 +1571,42 @@ def test_postgres_agrees_with_memory(
     summary = run_for_a_while(PostgresAgrees)
     record_property("differential", summary)
     print(summary)
+
+
+class Draws(Counted):
+    """Records what each example drew, to tell fresh examples from repeated ones."""
+
+    drawn: ClassVar[list[tuple[int, ...]]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace: list[int] = []
+
+    @rule(n=st.integers(0, 2**62))
+    def draw(self, n: int) -> None:
+        self.trace.append(n)
+        type(self).steps += 1
+
+    def teardown(self) -> None:
+        type(self).drawn.append(tuple(self.trace))
+
+
+def test_each_call_draws_fresh_examples_under_the_ci_profile() -> None:
+    """CI loads hypothesis's "ci" profile, which derandomizes: the time-bounded loop must
+    still draw new examples on each call, or CI would rerun the same few all along."""
+    previous = settings.get_current_profile_name()
+    settings.load_profile("ci")
+    try:
+        Draws.drawn = []
+        run_for_a_while(Draws, seconds=0)
+        first = {t for t in Draws.drawn if t}
+        Draws.drawn = []
+        run_for_a_while(Draws, seconds=0)
+        second = {t for t in Draws.drawn if t}
+    finally:
+        settings.load_profile(previous)
+    # Hypothesis starts each call with its simplest example; the rest must be new.
+    assert first and second - first
 
 
 def test_the_model_adds_only_what_the_memory_store_lacks() -> None:
