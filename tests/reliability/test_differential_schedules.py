@@ -226,6 +226,8 @@ SchedulesAgree.TestCase.settings = settings(
     stateful_step_count=50 if SOAK else 30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    # Fresh examples in CI too (hypothesis's ci profile would draw the same ones each run).
+    derandomize=False,
 )
 
 #: Runs the state machine under pytest.
