@@ -5,11 +5,17 @@
   ``pip install dbos``; left out, with the reason, when it is not installed), as a
   DBOS user writes them (``benchmarks/dbos_workflows.py``): enqueued on a queue at
   DBOS's defaults and run by one DBOS process, in a process of its own, timed from
-  the first enqueue to the last ``get_result()``. On SQLite twice, each on a fresh
-  file of its own: at DBOS's defaults (SQLite's rollback journal) and with the file
-  put in WAL mode first; on PostgreSQL in a schema of its own in the same database
-  (``dbos_bench_<pid>``, dropped afterwards). Steps per second, and ours over
-  DBOS's: targets >= 4 (defaults) and >= 2 (WAL) on SQLite, >= 3 on PostgreSQL.
+  the first enqueue to the last ``get_result()``. On SQLite at DBOS's defaults
+  (SQLite's rollback journal) and with the file put in WAL mode first; on
+  PostgreSQL in a schema of its own in the same database (``dbos_bench_<pid>``,
+  dropped after each side). In K rounds (``--dbos-rounds``, 2) whose order of sides
+  alternates (round 1: ours first; round 2: DBOS first; ...), each side on a fresh
+  start: a fresh file per side on SQLite; on PostgreSQL DBOS's schema made anew,
+  ours with the earlier rounds' workflows purged, and before every side a
+  ``VACUUM ANALYZE`` and a ``CHECKPOINT`` (what the side before left behind is
+  cleaned and written out first, not during the next side's run). Steps per second
+  of each side over all its rounds (steps / seconds), and ours over DBOS's:
+  targets >= 4 (defaults) and >= 2 (WAL) on SQLite, >= 3 on PostgreSQL.
 - ``chain``: the same work as chained child tasks (each step a task that enqueues the
   next, in its success transaction): seconds per step, and ``step_cost_ratio``, a
   workflow step's cost over a chained task's: target <= 1.5.
@@ -23,7 +29,8 @@
   checkpoints read and replayed), ms: target <= 50 ms for R = 1,000.
 
     python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
-        [--sleeping N] [--rounds K] [--replay R] [--no-dbos] [--out FILE]
+        [--sleeping N] [--rounds K] [--replay R] [--no-dbos] [--dbos-rounds K]
+        [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -139,31 +146,103 @@ def dbos_steps(url: str, workflows: int, steps: int, schema: str | None = None) 
     return float(figures["steps"]) / float(figures["seconds"])
 
 
-def dbos_side(name: str, db: str, workflows: int, steps: int, ours: float) -> dict[str, Any]:
-    """DBOS on the same database kind as ``db``, and ours (steps/s) over it."""
-    if not dbos_installed():
-        return {"skipped": "dbos is not installed (pip install 'dbos>=3.4')"}
+def flow_seconds(db: str, workflows: int, steps: int) -> float:
+    """Ours: seconds for W workflows of S no-op steps, drained by one worker."""
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    try:
+        scheduler.submit_many("bench.flow", [{"steps": steps}] * workflows)
+        started = time.perf_counter()
+        _drain(scheduler)
+        return time.perf_counter() - started
+    finally:
+        store.close()
+
+
+def _settle(name: str, db: str) -> None:
+    """Before a side: PostgreSQL's dead rows cleaned and its dirty pages written now,
+    not during the next side's run (SQLite: each side has a fresh file)."""
+    if name == "sqlite":
+        return
+    with closing(psycopg.connect(_plain(db), autocommit=True)) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+def _plain(db: str) -> str:
+    """The URL without its query (DBOS's own schema, not our search path)."""
+    return urlsplit(db)._replace(query="").geturl()
+
+
+def _ours_fresh(name: str, db: str, round_: int) -> str:
+    """Where our side of a round runs: a fresh file on SQLite; on PostgreSQL the
+    database, with the earlier rounds' finished workflows purged."""
+    if name == "sqlite":
+        return str(fresh(Path(db).with_name(f"ours-{round_}.db")))
+    store = open_store(db)
+    try:
+        store.purge(datetime.now().astimezone() + timedelta(seconds=1))
+    finally:
+        store.close()
+    return db
+
+
+def _dbos_once(name: str, db: str, workflows: int, steps: int) -> dict[str, float]:
+    """DBOS's side of a round, on a fresh start: steps/s by configuration."""
     if name == "sqlite":
         defaults = fresh(Path(db).with_name("dbos-defaults.db"))
         wal = fresh(Path(db).with_name("dbos-wal.db"))
         with closing(sqlite3.connect(wal)) as conn:  # kept by the file from now on
             conn.execute("PRAGMA journal_mode=WAL")
-        at_defaults = dbos_steps(f"sqlite:///{defaults}", workflows, steps)
-        on_wal = dbos_steps(f"sqlite:///{wal}", workflows, steps)
         return {
-            "defaults_steps_per_s": at_defaults,
-            "wal_steps_per_s": on_wal,
-            "ratio_defaults": ours / at_defaults,
-            "ratio_wal": ours / on_wal,
+            "defaults": dbos_steps(f"sqlite:///{defaults}", workflows, steps),
+            "wal": dbos_steps(f"sqlite:///{wal}", workflows, steps),
         }
-    url = urlsplit(db)._replace(query="").geturl()  # DBOS's own schema, not our search path
+    url = _plain(db)
     schema = f"dbos_bench_{os.getpid()}"
     try:
-        at_defaults = dbos_steps(url, workflows, steps, schema)
+        return {"defaults": dbos_steps(url, workflows, steps, schema)}
     finally:
         with closing(psycopg.connect(url, autocommit=True)) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    return {"steps_per_s": at_defaults, "ratio": ours / at_defaults}
+
+
+def _rate(per_round: list[float], workflows: int, steps: int) -> float:
+    """Steps per second over all rounds (from each round's steps per second)."""
+    total = workflows * steps
+    return total * len(per_round) / sum(total / r for r in per_round)
+
+
+def side_by_side(name: str, db: str, workflows: int, steps: int, rounds: int) -> dict[str, Any]:
+    """Ours and DBOS's steps per second in ``rounds`` rounds of alternating order."""
+    if not dbos_installed():
+        return {"skipped": "dbos is not installed (pip install 'dbos>=3.4')"}
+    ours: list[float] = []
+    theirs: dict[str, list[float]] = {}
+    total = workflows * steps
+    for round_ in range(rounds):
+        sides = ["ours", "dbos"] if round_ % 2 == 0 else ["dbos", "ours"]
+        for side in sides:
+            _settle(name, db)
+            if side == "ours":
+                where = _ours_fresh(name, db, round_)
+                ours.append(total / flow_seconds(where, workflows, steps))
+            else:
+                for kind, rate in _dbos_once(name, db, workflows, steps).items():
+                    theirs.setdefault(kind, []).append(rate)
+    mine = _rate(ours, workflows, steps)
+    figures: dict[str, Any] = {
+        "rounds": rounds,
+        "order": "alternating, ours first in round 1",
+        "ours_steps_per_s": mine,
+        "ours_per_round": ours,
+    }
+    for kind, rates in theirs.items():
+        rate = _rate(rates, workflows, steps)
+        figures[f"{kind}_steps_per_s"] = rate
+        figures[f"{kind}_per_round"] = rates
+        figures[f"ratio_{kind}"] = mine / rate
+    return figures
 
 
 def signal_latency(db: str, rounds: int) -> dict[str, float]:
@@ -272,13 +351,14 @@ def run(
     rounds: int,
     recorded: int,
     dbos: bool = True,
+    dbos_rounds: int = 2,
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, db in databases.items():
         ours = steps_and_chain(db, workflows, steps)
         figures[name] = {"steps": ours}
         if dbos:
-            figures[name]["dbos"] = dbos_side(name, db, workflows, steps, ours["steps_per_s"])
+            figures[name]["dbos"] = side_by_side(name, db, workflows, steps, dbos_rounds)
         figures[name].update(
             signal=signal_latency(db, rounds),
             replay=replay(db, recorded),
@@ -296,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--replay", type=int, default=1000)
     parser.add_argument("--no-dbos", action="store_true", help="leave DBOS's side out")
+    parser.add_argument(
+        "--dbos-rounds", type=int, default=2, help="rounds of ours and DBOS's, order alternating"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -310,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds=args.rounds,
             recorded=args.replay,
             dbos=not args.no_dbos,
+            dbos_rounds=args.dbos_rounds,
         )
     text = json.dumps(figures, indent=2)
     if args.out:

@@ -1,5 +1,6 @@
 """benchmarks/workflows.py runs end to end at small sizes on SQLite: every figure is
-produced, DBOS's side too where DBOS is installed (the bench extra has it). Not timed."""
+produced, DBOS's side too where DBOS is installed (the bench extra has it), in two
+rounds of alternating order. Not timed."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
         sleeping=50,
         rounds=4,
         recorded=20,
+        dbos_rounds=2,
     )["sqlite"]
     assert figures["steps"]["steps_per_s"] > 0 and figures["steps"]["step_cost_ratio"] > 0
     assert figures["signal"]["p50_ms"] > 0
@@ -25,5 +27,7 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
         dbos = figures["dbos"]
         assert dbos["defaults_steps_per_s"] > 0 and dbos["wal_steps_per_s"] > 0
         assert dbos["ratio_defaults"] > 0 and dbos["ratio_wal"] > 0
+        # Two rounds, each side once per round, in alternating order.
+        assert len(dbos["ours_per_round"]) == len(dbos["defaults_per_round"]) == 2
     else:
         assert "skipped" in figures["dbos"]

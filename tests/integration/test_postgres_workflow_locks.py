@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Connection, text
 
 from durablesched import TaskState
-from durablesched.records import Claim, NewTask, Outcome
+from durablesched.records import Claim, NewTask, Outcome, SignalSend
 from durablesched.store.sql.postgres import PostgresStore
 
 from ..conftest import T0, WAIT, at
@@ -146,3 +146,43 @@ def test_a_reclaim_failing_a_child_and_a_group_commit_of_its_parent_do_not_deadl
         holder.close()
     record = a.get(child.task_id)
     assert record is not None and record.state is TaskState.FAILED
+
+
+def test_a_move_handing_over_a_child_and_a_success_signalling_it_do_not_deadlock(
+    stores: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """A move hands over a workflow's PENDING child C (CANCELLED here) and wakes the
+    workflow P, RUNNING; P's success signals C (``ctx.signal``), locking P then C.
+    Made to meet as the reclaim's test does: a third connection holds C, the hand-over
+    waits for it, P's success takes P and waits for C too; C is let go. The hand-over,
+    given C first, wanted P next: a deadlock, with P locked late. Locked first, in id
+    order, the hand-over holds P before the success comes, which then finds C gone
+    (moved) and is refused as a signal to a finished task is."""
+    a, b = stores
+    holder = PostgresStore(pg_url)
+    try:
+        a.submit([NewTask("wf", {}, T0, 3, None)], T0)
+        (parent,) = a.claim("w", 1, at(11), LEASE * 10, ["wf"])
+        assert a.spawn(parent, 0, "spawn:kid", [NewTask("kid", {}, T0, 3, None)], at(11))
+        (child,) = a.children(parent.task_id)
+        with holder.engine.begin() as conn:
+            conn.execute(text("SELECT id FROM tasks WHERE id = :id FOR UPDATE"), {"id": child})
+            move = Run(lambda: a.hand_over(7, at(12)))
+            _until_waiting(holder, 1, "the hand-over wait for the child")
+            success = Run(
+                lambda: b.record_and_claim(
+                    [Outcome(parent, result=1, signals=(SignalSend(child, "go", None),))],
+                    at(13),
+                    owner="w",
+                    limit=0,
+                    lease=LEASE,
+                )
+            )
+            _until_waiting(holder, 2, "the success wait too")
+        ((moved, was),) = move.answer()
+        assert (moved.id, was) == (child, TaskState.PENDING)
+        success.answer()
+    finally:
+        holder.close()
+    record = a.get(child)
+    assert record is not None and record.state is TaskState.CANCELLED

@@ -102,6 +102,11 @@ class SQLDialect:
     #: (``:children``: a child's end wakes its parent), all in id order, so that no two
     #: such transactions deadlock; SQLite has one writer anyway.
     lock_tasks: TextClause | None = None
+    #: A step's checkpoint in one statement: the claim's task locked and checked valid
+    #: (``VALID``), and the checkpoint inserted unless its position is recorded; a row
+    #: if it was. One round trip a step where each costs one (PostgreSQL); None: the
+    #: two statements of :mod:`.workflows` (SQLite: in-process, nothing to save).
+    record_step: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):

@@ -57,6 +57,10 @@ def hand_over(
         if not found:
             return []
         live = {r.id: r.state for r in found}
+        # Their rows and their parents' (a moved child's end wakes its parent) locked in
+        # id order first, as every transaction that ends tasks does (PostgreSQL): taken
+        # in the hand-over's order, a parent would be locked after its child.
+        tx._lock_tasks(conn, live, live)
         # Read before the hand-over: a task leaving PENDING gives its debounce key up.
         debounce = {r.id: r.debounce_key for r in found}
         rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": tx._t(now)}).all()

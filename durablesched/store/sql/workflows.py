@@ -119,20 +119,21 @@ def record_step(  # noqa: PLR0917 - a checkpoint's fields, as the protocol takes
     """``Store.record_step``: the checkpoint and its effects in one transaction."""
     result_json = dump(result)
     with tx._write(f"recording step {position} ({name}) of task {claim.task_id}") as conn:
-        params = claim_params(tx, claim, now)
-        if conn.execute(SQL_LOCK_VALID, params).first() is None:
-            return False
-        inserted = conn.execute(
-            SQL_INSERT_STEP,
-            {
-                **params,
-                "position": position,
-                "name": name,
-                "result": result_json,
-                "attempt": claim.attempt,
-            },
-        ).rowcount
-        if not inserted:
+        params = {
+            **claim_params(tx, claim, now),
+            "position": position,
+            "name": name,
+            "result": result_json,
+            "attempt": claim.attempt,
+        }
+        if tx.dialect.record_step is not None:  # both statements in one round trip
+            recorded = conn.execute(tx.dialect.record_step, params).first() is not None
+        else:
+            recorded = (
+                conn.execute(SQL_LOCK_VALID, params).first() is not None
+                and conn.execute(SQL_INSERT_STEP, params).rowcount > 0
+            )
+        if not recorded:
             return False
         for effect in effects:
             effect(conn)
