@@ -32,6 +32,7 @@ from durablesched import (
 from durablesched.records import Outcome
 from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
+from durablesched.waiting import Waiter
 
 from ..conftest import BackendStore, sql_backends_only
 
@@ -283,6 +284,69 @@ def test_async_reads_and_submits(sched: Scheduler) -> None:
         assert sched.waiters.waiting == 0
 
     asyncio.run(main())
+
+
+def test_aresult_is_a_future_that_cancelling_stops(sched: Scheduler) -> None:
+    """``aresult`` hands out a future of the running loop (no coroutine, no Task per
+    handle): gathered bare, awaited through ``wait_for``, cancelled with what awaits it,
+    and a cancelled wait leaves nothing waiting."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+
+    async def main() -> None:
+        handles = await sched.aenqueue_many([add.bind(i) for i in range(3)])
+        future = handles[0].aresult()
+        assert isinstance(future, asyncio.Future)
+        assert future.get_loop() is asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(future, 0.001)  # cancels it
+        assert future.cancelled()
+        waiting = asyncio.ensure_future(asyncio.gather(*(h.aresult() for h in handles)))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert sched.waiters.waiting == 0
+        gathered = asyncio.gather(*(h.aresult(timeout=WAIT) for h in handles))
+        await asyncio.to_thread(run_due, sched)
+        assert await gathered == [0, 1, 2]
+
+    asyncio.run(main())
+
+
+def test_closing_the_scheduler_wakes_its_waiting_handles(sched: Scheduler) -> None:
+    """Nothing would ever end a wait once the scheduler's waiting thread is gone: closing
+    it makes every handle still waiting raise RuntimeError, in threads and coroutines."""
+    handle = sched.enqueue(task_of(sched.registry or TaskRegistry(), "add"), 1)
+    raised: list[BaseException] = []
+    waiters, registered = sched.waiters, threading.Event()
+    add = waiters.add
+
+    def add_then_tell(task_id: int, waiter: Waiter) -> None:
+        add(task_id, waiter)
+        registered.set()
+
+    waiters.add = add_then_tell  # type: ignore[method-assign]
+
+    def wait() -> None:
+        try:
+            handle.result(timeout=WAIT)
+        except RuntimeError as e:
+            raised.append(e)
+
+    async def main() -> None:
+        thread = threading.Thread(target=wait)
+        thread.start()
+        future = handle.aresult(timeout=WAIT)
+        assert await asyncio.to_thread(registered.wait, WAIT)
+        await asyncio.to_thread(sched.close)
+        with pytest.raises(RuntimeError, match=f"closed while task {handle.id} was waited on"):
+            await asyncio.wait_for(future, WAIT)
+        await asyncio.to_thread(thread.join, WAIT)
+
+    asyncio.run(asyncio.wait_for(main(), WAIT))
+    assert [str(e) for e in raised] == [
+        f"the scheduler was closed while task {handle.id} was waited on"
+    ]
 
 
 def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:
