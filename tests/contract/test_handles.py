@@ -408,6 +408,29 @@ def test_finished_answers_finished_and_missing_tasks(
     assert store.finished([]) == {}
 
 
+def test_finished_gives_each_task_its_own_result(store: BackendStore, clock: ManualClock) -> None:
+    """Results read together (decoded in one go) each reach their own task, whatever
+    JSON they hold, with cancelled and missing tasks (no result) in between."""
+    scheduler = Scheduler(store, clock=clock)
+    results: list[object] = [
+        None, 0, "a,b]", [1, [2, {"c": None}]], {"x": "}", "y": [3]}, 1.5, True, "", [],
+    ]  # fmt: skip
+    ids = [scheduler.submit("t") for _ in results]
+    cancelled = [scheduler.submit("t") for _ in range(2)]
+    for task_id in cancelled:
+        scheduler.cancel(task_id)
+    claims = store.claim("w", len(ids), clock.now(), timedelta(seconds=30))
+    by_id = dict(zip(ids, results, strict=True))
+    for claim in claims:
+        store.complete(claim, by_id[claim.task_id], clock.now())
+    wanted = [cancelled[0], *ids[:5], 999_998, *ids[5:], cancelled[1]]
+    found = store.finished(wanted)
+    assert {i: r.result for i, r in found.items() if r is not None and i in by_id} == by_id
+    assert [found[i].state for i in cancelled] == [TaskState.CANCELLED] * 2  # type: ignore[union-attr]
+    assert [found[i].result for i in cancelled] == [None, None]  # type: ignore[union-attr]
+    assert found[999_998] is None
+
+
 def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: ManualClock) -> None:
     """Every way a task finishes reaches the watcher, by id: a group commit's outcomes, a
     cancel before start (SQLite's reads them from the history's new lines)."""
