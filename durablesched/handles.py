@@ -12,16 +12,10 @@ from collections.abc import Generator
 from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
-from durablesched.errors import (
-    TaskCancelled,
-    TaskFailed,
-    TaskNotFoundError,
-    UnsupportedOperationError,
-    WaitInTaskError,
-)
+from durablesched.errors import UnsupportedOperationError, WaitInTaskError
 from durablesched.records import CancelOutcome, Finished, TaskRecord
 from durablesched.states import TERMINAL, TaskState
-from durablesched.waiting import Waiter, Waiters
+from durablesched.waiting import Waiter, Waiters, closed_while_waiting, outcome, timed_out
 
 R = TypeVar("R")
 
@@ -85,7 +79,8 @@ class TaskHandle(Generic[R]):
 
         :class:`TaskFailed` (its error, attempts and traceback) if it failed,
         :class:`TaskCancelled` if it was cancelled, ``TimeoutError`` if ``timeout``
-        seconds pass first, :class:`TaskNotFoundError` if no task has the id.
+        seconds pass first, :class:`TaskNotFoundError` if no task has the id,
+        ``RuntimeError`` if the scheduler is closed meanwhile.
         Refused inside a running task (:class:`WaitInTaskError`).
         """
         _refuse_in_task(self)
@@ -98,29 +93,30 @@ class TaskHandle(Generic[R]):
             if not waiter.wait(timeout):
                 waiters.discard(self.id, waiter)
                 if not waiter.wait(0):  # not delivered in the meantime either
-                    raise TimeoutError(_timed_out(self.id, timeout))
+                    raise TimeoutError(timed_out(self.id, timeout))
+            if waiter.closed:
+                raise RuntimeError(closed_while_waiting(self.id))
             record = waiter.record
-        result: R = _outcome(self.id, record)
+        result: R = outcome(self.id, record)
         return result
 
-    async def aresult(self, timeout: float | None = None) -> R:
-        """:meth:`result` for asyncio code: awaits without blocking the event loop, and
-        without a read or a timer of its own: the waiting thread reads for every handle
-        at once and keeps their deadlines."""
+    def aresult(self, timeout: float | None = None) -> asyncio.Future[R]:
+        """:meth:`result` for asyncio code: a future of the event loop running (call it
+        there) that resolves as :meth:`result` returns or raises, without blocking the
+        loop.
+
+        A plain method, not a coroutine function: the future is all a wait makes
+        (no coroutine, no Task, no timer; the scheduler's waiting thread reads for every
+        handle at once, keeps their deadlines in one heap and resolves each loop's
+        futures in one call per read), so ``asyncio.gather`` of a thousand handles
+        costs what gathering a thousand futures does. Await it, gather it, or pass it
+        to ``asyncio.wait_for``; cancelling it (or the code awaiting it) stops the wait.
+        """
         _refuse_in_task(self)
-        waiter = Waiter(asyncio.get_running_loop())
-        assert waiter.future is not None
-        waiters = self._owner.waiters
-        waiters.add(self.id, waiter, timeout)
-        try:
-            record = await waiter.future
-        except BaseException:  # the awaiting coroutine was cancelled
-            waiters.discard(self.id, waiter)  # nothing if it was delivered meanwhile
-            raise
-        if waiter.expired:
-            raise TimeoutError(_timed_out(self.id, timeout))
-        result: R = _outcome(self.id, record)
-        return result
+        future: asyncio.Future[R] = self._owner.waiters.future(
+            self.id, asyncio.get_running_loop(), timeout
+        )
+        return future
 
     def __await__(self) -> Generator[Any, None, R]:
         """``await handle``: :meth:`aresult` without a timeout."""
@@ -150,24 +146,6 @@ class TaskHandle(Generic[R]):
         name = "" if self.name is None else f" ({self.name})"
         task = "child to be stored" if self._id is None else str(self._id)
         return f"<TaskHandle {task}{name}>"
-
-
-def _outcome(task_id: int, record: Finished | None) -> Any:
-    if record is None:
-        raise TaskNotFoundError(f"no task with id {task_id} (deleted while waited on?)")
-    if record.state is TaskState.SUCCEEDED:
-        return record.result
-    if record.state is TaskState.CANCELLED:
-        cancelled = TaskCancelled(f"task {task_id} ({record.name}) was cancelled")
-        cancelled.task_id = task_id
-        raise cancelled
-    raise TaskFailed(task_id, record.name, record.last_error, record.attempts)
-
-
-def _timed_out(task_id: int, timeout: float | None) -> str:
-    if not timeout:
-        return f"task {task_id} is not finished"
-    return f"task {task_id} did not finish within {timeout:g} s"
 
 
 def _refuse_in_task(handle: TaskHandle[Any]) -> None:

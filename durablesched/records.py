@@ -164,10 +164,11 @@ class NewTask(NamedTuple):
     debounce_until: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
+class Finished(NamedTuple):
     """A finished task as a waiting handle needs it (``Store.finished``): its outcome,
-    without the rest of its record, so that a wait costs the little it reads."""
+    without the rest of its record, so that a wait costs the little it reads. A named
+    tuple: immutable, and made in a fifth of a frozen dataclass's time (it is made once
+    per result that a waiting handle receives)."""
 
     id: int
     name: str

@@ -9,14 +9,15 @@ finished; memory: the store itself), those of waiters just arrived, and every
 :data:`FALLBACK` seconds those of all, whatever it hears (a watcher that failed or
 a lost notification delays a result by at most that). A finished task wakes its
 waiters: threads through an event, coroutines through their event loop, one call
-per loop and read.
+per loop and read. A coroutine's wait is a bare future (:class:`WaitingFuture`):
+no coroutine, Task or timer of its own.
 
 Results that stream in are read in batches: after a read that delivered some while
 other handles still wait, the watcher keeps what finishes next to itself for
 :data:`BATCH` seconds (its own looks at the database stop meanwhile) and then tells
 it all at once. So a wait costs this process a few reads a second under any load,
 and a result arriving alone is read at once. A coroutine's timeout is kept here too,
-in one heap, rather than as a timer on its event loop.
+in one heap, rather than as a timer on its event loop. Closing wakes every wait.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
+from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
 from durablesched.records import Finished
+from durablesched.states import TaskState
 from durablesched.store.protocol import FinishWatcher, Store
 
 log = logging.getLogger("durablesched.waiting")
@@ -43,60 +47,115 @@ RETRY_AFTER = 0.1
 #: Seconds the watcher gathers what finishes after a read that delivered results while
 #: other handles still wait: the most a result streaming in waits for its batch.
 BATCH = 0.02
+#: Futures with a deadline cancelled before the heap of deadlines is compacted (when
+#: they are also half of it at least).
+COMPACT_AFTER = 64
 
 
 class Waiter:
-    """One wait for one task: a thread's (``loop`` None) or a coroutine's.
+    """A thread's wait for one task (:meth:`TaskHandle.result`): delivered once, from the
+    waiting thread, the task's outcome (None if no task has that id any more), or told
+    that the scheduler closed."""
 
-    Delivered once, from the waiting thread: the task's outcome, or None if no task
-    has that id (any more); or, for a coroutine with a deadline, ``expired``.
-    """
+    __slots__ = ("_done", "closed", "record")
 
-    __slots__ = ("_done", "expired", "future", "loop", "pending", "record")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[Finished | None] | None = (
-            None if loop is None else loop.create_future()
-        )
-        self._done = threading.Event() if loop is None else None
+    def __init__(self) -> None:
+        self._done = threading.Event()
         self.record: Finished | None = None
-        #: Neither delivered, expired nor given up (changed under the waiters' lock).
-        self.pending = True
-        #: Its deadline passed first (a coroutine's: the future's result is then None).
-        self.expired = False
+        #: Woken because the scheduler closed: no outcome will come.
+        self.closed = False
 
     def wait(self, timeout: float | None) -> bool:
-        """Block a thread until delivered (True) or ``timeout`` seconds pass (False)."""
-        assert self._done is not None
+        """Block until delivered (True) or ``timeout`` seconds pass (False)."""
         return self._done.wait(timeout)
 
     def deliver(self, record: Finished | None) -> None:
         self.record = record
-        if self._done is not None:
-            self._done.set()
+        self._done.set()
 
 
-def _settle(waiters: list[Waiter]) -> None:
-    """On the waiters' event loop: resolve their futures (those not cancelled meanwhile)."""
-    for waiter in waiters:
-        future = waiter.future
-        if future is not None and not future.done():
-            future.set_result(waiter.record)
+class WaitingFuture(asyncio.Future[Any]):
+    """A coroutine's wait for one task: the future :meth:`TaskHandle.aresult` hands out,
+    resolved on its event loop with the task's result (or its :func:`failure`, a
+    ``TimeoutError`` at its deadline, a ``RuntimeError`` if the scheduler closes).
+
+    The only object a wait makes: no coroutine, no Task, no timer. Cancelling it (the
+    awaiting code was cancelled, or ``wait_for`` gave up) stops the wait at once; an
+    outcome read meanwhile is dropped.
+    """
+
+    __slots__ = ("task_id", "timeout", "waiters")
+
+    task_id: int
+    timeout: float | None
+    #: Where it waits: told when it is cancelled.
+    waiters: Waiters
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self.waiters.discard(self.task_id, self)
+        return True
 
 
-def _expire_later(timers: list[tuple[float, Waiter]]) -> None:
-    """On the waiters' event loop, once the waiting thread is gone: a timer per deadline."""
-    loop = asyncio.get_running_loop()
-    for deadline, waiter in timers:
-        loop.call_later(max(0.0, deadline - time.monotonic()), _expire, waiter)
+#: A wait registered with :class:`Waiters`.
+AnyWaiter = Waiter | WaitingFuture
 
 
-def _expire(waiter: Waiter) -> None:
-    if waiter.pending and waiter.future is not None and not waiter.future.done():
-        waiter.pending = False
-        waiter.expired = True
-        waiter.future.set_result(None)
+def outcome(task_id: int, record: Finished | None) -> Any:
+    """The result of a task as read (``record``), or its :func:`failure` raised."""
+    if record is not None and record.state is TaskState.SUCCEEDED:
+        return record.result
+    raise failure(task_id, record)
+
+
+def failure(task_id: int, record: Finished | None) -> Exception:
+    """What waiting on a task that did not succeed raises."""
+    if record is None:
+        return TaskNotFoundError(f"no task with id {task_id} (deleted while waited on?)")
+    if record.state is TaskState.CANCELLED:
+        cancelled = TaskCancelled(f"task {task_id} ({record.name}) was cancelled")
+        cancelled.task_id = task_id
+        return cancelled
+    return TaskFailed(task_id, record.name, record.last_error, record.attempts)
+
+
+def timed_out(task_id: int, timeout: float | None) -> str:
+    if not timeout:
+        return f"task {task_id} is not finished"
+    return f"task {task_id} did not finish within {timeout:g} s"
+
+
+def closed_while_waiting(task_id: int) -> str:
+    return f"the scheduler was closed while task {task_id} was waited on"
+
+
+def _settle(
+    futures: list[WaitingFuture],
+    found: Mapping[int, Finished | None],
+    expired: list[WaitingFuture],
+) -> None:
+    """On the futures' event loop, one call per read: resolve those read finished (by
+    ``found``) and expire those past their deadline; a future cancelled meanwhile is
+    left as it is (its outcome dropped)."""
+    succeeded = TaskState.SUCCEEDED
+    for future in futures:
+        if not future.done():
+            record = found[future.task_id]
+            if record is not None and record.state is succeeded:
+                future.set_result(record.result)
+            else:
+                future.set_exception(failure(future.task_id, record))
+    for future in expired:
+        if not future.done():
+            future.set_exception(TimeoutError(timed_out(future.task_id, future.timeout)))
+
+
+def _close(futures: list[WaitingFuture]) -> None:
+    """On the futures' event loop: the scheduler closed, none of them will be resolved."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(RuntimeError(closed_while_waiting(future.task_id)))
 
 
 class Waiters:
@@ -111,13 +170,15 @@ class Waiters:
         self._fallback = fallback
         self._batch = batch
         self._lock = threading.Lock()
-        self._waiting: dict[int, list[Waiter]] = {}
+        self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
         self._fresh: set[int] = set()
         #: Ids the watcher named since the last read; None: any may have finished.
         self._heard: set[int] | None = set()
-        #: Coroutines' deadlines (monotonic seconds), earliest first.
-        self._deadlines: list[tuple[float, int, int, Waiter]] = []
+        #: Futures' deadlines (monotonic seconds), earliest first.
+        self._deadlines: list[tuple[float, int, WaitingFuture]] = []
+        #: Futures with a deadline given up (cancelled) since the last compaction.
+        self._given_up = 0
         self._order = itertools.count()
         #: When the watcher's batch ends (monotonic seconds); None: it is not gathering.
         self._batch_ends: float | None = None
@@ -129,38 +190,70 @@ class Waiters:
         #: Reads made, for tests and benchmarks: how hard waiting worked.
         self.reads = 0
 
-    def add(self, task_id: int, waiter: Waiter, timeout: float | None = None) -> None:
-        """Wait on ``task_id``: ``waiter`` is delivered its outcome once it is finished,
-        or, with ``timeout`` (a coroutine's waiter only), expired after that many seconds
-        if it is not finished by then.
+    def add(self, task_id: int, waiter: Waiter) -> None:
+        """Wait on ``task_id`` from a thread: ``waiter`` is delivered its outcome once it
+        is finished (the thread keeps its own timeout).
 
         The watcher is listening before the read that covers the new id, so a task
         finishing at any moment is seen by one or the other.
         """
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
-            if self._closed:
-                raise RuntimeError("the scheduler was closed: nothing can be waited on")
-            if self._thread is None:
-                self._start()
-            self._waiting.setdefault(task_id, []).append(waiter)
-            if deadline is not None:
-                assert waiter.loop is not None, "a thread's waiter times out on its own"
-                heapq.heappush(self._deadlines, (deadline, next(self._order), task_id, waiter))
-            wake = not self._fresh  # else the thread has yet to take them: it is awake
-            self._fresh.add(task_id)
-        if wake:
-            self._wake.set()
+            self._register(task_id, waiter)
 
-    def discard(self, task_id: int, waiter: Waiter) -> None:
-        """Stop waiting (a timeout, a cancelled coroutine)."""
+    def future(
+        self, task_id: int, loop: asyncio.AbstractEventLoop, timeout: float | None = None
+    ) -> WaitingFuture:
+        """Wait on ``task_id`` from a coroutine on ``loop``: a future resolved with the
+        task's result once it is finished, or with a ``TimeoutError`` after ``timeout``
+        seconds if it is not finished by then (a deadline in this thread's heap)."""
+        future = WaitingFuture(loop=loop)
+        future.task_id = task_id
+        future.timeout = timeout
+        future.waiters = self
         with self._lock:
-            waiter.pending = False
+            self._register(task_id, future)
+            if timeout is not None:
+                deadline = time.monotonic() + max(0.0, timeout)
+                heapq.heappush(self._deadlines, (deadline, next(self._order), future))
+        return future
+
+    def _register(self, task_id: int, waiter: AnyWaiter) -> None:
+        """Under the lock: ``waiter`` waits on ``task_id``, read at once."""
+        if self._closed:
+            raise RuntimeError("the scheduler was closed: nothing can be waited on")
+        if self._thread is None:
+            self._start()
+        waiting = self._waiting.get(task_id)
+        if waiting is None:
+            self._waiting[task_id] = [waiter]
+        else:
+            waiting.append(waiter)
+        if not self._fresh:  # else the thread has yet to take them: it is awake
+            self._wake.set()
+        self._fresh.add(task_id)
+
+    def discard(self, task_id: int, waiter: AnyWaiter) -> None:
+        """Stop waiting (a thread's timeout, a cancelled future); nothing if it was
+        delivered meanwhile. A future's deadline, if any, stays in the heap until it
+        passes (or a compaction drops it: :meth:`_compact`)."""
+        with self._lock:
             waiters = self._waiting.get(task_id)
             if waiters is not None and waiter in waiters:
                 waiters.remove(waiter)
                 if not waiters:
                     del self._waiting[task_id]
+            if isinstance(waiter, WaitingFuture) and waiter.timeout is not None:
+                self._given_up += 1
+                if self._given_up > COMPACT_AFTER and self._given_up * 2 > len(self._deadlines):
+                    self._compact()
+
+    def _compact(self) -> None:
+        """Under the lock: drop the deadlines of futures no longer waiting (cancelled),
+        so that waits given up by the thousand do not keep their futures until their
+        deadlines pass."""
+        self._deadlines = [d for d in self._deadlines if not d[2].done()]
+        heapq.heapify(self._deadlines)
+        self._given_up = 0
 
     @property
     def waiting(self) -> int:
@@ -250,58 +343,82 @@ class Waiters:
             watcher.nudge()
 
     def _deliver(self, found: dict[int, Finished | None]) -> int:
-        """Hand the finished tasks to their waiters, and expire those past their
-        deadline; returns how many were delivered."""
+        """Hand the finished tasks to their waiters, and expire the futures past their
+        deadline: one call per event loop. Returns how many were delivered."""
         now = time.monotonic()
+        threads: list[Waiter] = []
+        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]]
+        by_loop = {}
+        delivered = 0
         with self._lock:
-            ready: list[Waiter] = []
+            waiting = self._waiting
             for task_id, record in found.items():
-                for waiter in self._waiting.pop(task_id, ()):
-                    waiter.pending = False
-                    waiter.record = record
-                    ready.append(waiter)
-            delivered = len(ready)
-            while self._deadlines and self._deadlines[0][0] <= now:
-                _, _, task_id, waiter = heapq.heappop(self._deadlines)
-                if waiter.pending:
-                    waiter.pending = False
-                    waiter.expired = True
-                    ready.append(waiter)
-                    waiters = self._waiting.get(task_id)
-                    if waiters is not None:
-                        waiters.remove(waiter)
-                        if not waiters:
-                            del self._waiting[task_id]
-        by_loop: dict[asyncio.AbstractEventLoop, list[Waiter]] = {}
-        for waiter in ready:
-            if waiter.loop is None:
-                waiter.deliver(waiter.record)
-            else:
-                by_loop.setdefault(waiter.loop, []).append(waiter)
-        for loop, batch in by_loop.items():
+                waiters = waiting.pop(task_id, None)
+                if waiters is None:
+                    continue
+                delivered += len(waiters)
+                for waiter in waiters:
+                    if isinstance(waiter, Waiter):
+                        waiter.record = record
+                        threads.append(waiter)
+                    else:
+                        loop = waiter.get_loop()
+                        batch = by_loop.get(loop)
+                        if batch is None:
+                            by_loop[loop] = batch = ([], [])
+                        batch[0].append(waiter)
+            if self._deadlines and self._deadlines[0][0] <= now:
+                self._expire(now, by_loop)
+        for waiter in threads:
+            waiter.deliver(waiter.record)
+        for loop, (futures, expired) in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle, batch)
+                loop.call_soon_threadsafe(_settle, futures, found, expired)
             except RuntimeError:  # its loop was closed: nobody is left to tell
-                log.debug("an event loop closed while %d of its handles waited", len(batch))
+                log.debug("an event loop closed while %d of its handles waited", len(futures))
         return delivered
 
+    def _expire(
+        self,
+        now: float,
+        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]],
+    ) -> None:
+        """Under the lock: stop the waits of the futures past their deadline (those still
+        waiting) and add them to their loop's expired."""
+        deadlines, waiting = self._deadlines, self._waiting
+        while deadlines and deadlines[0][0] <= now:
+            future = heapq.heappop(deadlines)[2]
+            waiters = waiting.get(future.task_id)
+            if waiters is not None and future in waiters:
+                waiters.remove(future)
+                if not waiters:
+                    del waiting[future.task_id]
+                batch = by_loop.setdefault(future.get_loop(), ([], []))
+                batch[1].append(future)
+
     def close(self) -> None:
-        """Stop the thread and the watcher; waiters still waiting are left to time out
-        (a coroutine's deadline moves to a timer on its event loop)."""
+        """Stop the thread and the watcher, and wake every wait still waiting: a
+        thread's returns (its handle raises ``RuntimeError``), a future is resolved with
+        a ``RuntimeError`` on its loop (one call per loop). Nothing can finish them now."""
         with self._lock:
             self._closed = True
             thread, self._thread = self._thread, None
             watcher, self._watcher = self._watcher, None
-            deadlines, self._deadlines = self._deadlines, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[float, Waiter]]] = {}
-        for deadline, _, _, waiter in deadlines:
-            if waiter.pending and waiter.loop is not None:
-                by_loop.setdefault(waiter.loop, []).append((deadline, waiter))
-        for loop, timers in by_loop.items():
+            waiting, self._waiting = self._waiting, {}
+            self._deadlines = []
+        by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
+        for waiters in waiting.values():
+            for waiter in waiters:
+                if isinstance(waiter, Waiter):
+                    waiter.closed = True
+                    waiter.deliver(None)
+                else:
+                    by_loop.setdefault(waiter.get_loop(), []).append(waiter)
+        for loop, futures in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_expire_later, timers)
+                loop.call_soon_threadsafe(_close, futures)
             except RuntimeError:  # its loop was closed: nobody is left to tell
-                log.debug("an event loop closed while %d of its handles waited", len(timers))
+                log.debug("an event loop closed while %d of its handles waited", len(futures))
         self._stopped.set()
         self._wake.set()
         if watcher is not None:

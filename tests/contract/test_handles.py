@@ -32,6 +32,7 @@ from durablesched import (
 from durablesched.records import Outcome
 from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
+from durablesched.waiting import Waiter
 
 from ..conftest import BackendStore, sql_backends_only
 
@@ -285,6 +286,69 @@ def test_async_reads_and_submits(sched: Scheduler) -> None:
     asyncio.run(main())
 
 
+def test_aresult_is_a_future_that_cancelling_stops(sched: Scheduler) -> None:
+    """``aresult`` hands out a future of the running loop (no coroutine, no Task per
+    handle): gathered bare, awaited through ``wait_for``, cancelled with what awaits it,
+    and a cancelled wait leaves nothing waiting."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+
+    async def main() -> None:
+        handles = await sched.aenqueue_many([add.bind(i) for i in range(3)])
+        future = handles[0].aresult()
+        assert isinstance(future, asyncio.Future)
+        assert future.get_loop() is asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(future, 0.001)  # cancels it
+        assert future.cancelled()
+        waiting = asyncio.ensure_future(asyncio.gather(*(h.aresult() for h in handles)))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert sched.waiters.waiting == 0
+        gathered = asyncio.gather(*(h.aresult(timeout=WAIT) for h in handles))
+        await asyncio.to_thread(run_due, sched)
+        assert await gathered == [0, 1, 2]
+
+    asyncio.run(main())
+
+
+def test_closing_the_scheduler_wakes_its_waiting_handles(sched: Scheduler) -> None:
+    """Nothing would ever end a wait once the scheduler's waiting thread is gone: closing
+    it makes every handle still waiting raise RuntimeError, in threads and coroutines."""
+    handle = sched.enqueue(task_of(sched.registry or TaskRegistry(), "add"), 1)
+    raised: list[BaseException] = []
+    waiters, registered = sched.waiters, threading.Event()
+    add = waiters.add
+
+    def add_then_tell(task_id: int, waiter: Waiter) -> None:
+        add(task_id, waiter)
+        registered.set()
+
+    waiters.add = add_then_tell  # type: ignore[method-assign]
+
+    def wait() -> None:
+        try:
+            handle.result(timeout=WAIT)
+        except RuntimeError as e:
+            raised.append(e)
+
+    async def main() -> None:
+        thread = threading.Thread(target=wait)
+        thread.start()
+        future = handle.aresult(timeout=WAIT)
+        assert await asyncio.to_thread(registered.wait, WAIT)
+        await asyncio.to_thread(sched.close)
+        with pytest.raises(RuntimeError, match=f"closed while task {handle.id} was waited on"):
+            await asyncio.wait_for(future, WAIT)
+        await asyncio.to_thread(thread.join, WAIT)
+
+    asyncio.run(asyncio.wait_for(main(), WAIT))
+    assert [str(e) for e in raised] == [
+        f"the scheduler was closed while task {handle.id} was waited on"
+    ]
+
+
 def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:
     registry = sched.registry or TaskRegistry()
     add, chain = task_of(registry, "add"), task_of(registry, "chain")
@@ -342,6 +406,29 @@ def test_finished_answers_finished_and_missing_tasks(
     assert cancelled_record is not None and cancelled_record.state is TaskState.CANCELLED
     assert found[999_999] is None
     assert store.finished([]) == {}
+
+
+def test_finished_gives_each_task_its_own_result(store: BackendStore, clock: ManualClock) -> None:
+    """Results read together (decoded in one go) each reach their own task, whatever
+    JSON they hold, with cancelled and missing tasks (no result) in between."""
+    scheduler = Scheduler(store, clock=clock)
+    results: list[object] = [
+        None, 0, "a,b]", [1, [2, {"c": None}]], {"x": "}", "y": [3]}, 1.5, True, "", [],
+    ]  # fmt: skip
+    ids = [scheduler.submit("t") for _ in results]
+    cancelled = [scheduler.submit("t") for _ in range(2)]
+    for task_id in cancelled:
+        scheduler.cancel(task_id)
+    claims = store.claim("w", len(ids), clock.now(), timedelta(seconds=30))
+    by_id = dict(zip(ids, results, strict=True))
+    for claim in claims:
+        store.complete(claim, by_id[claim.task_id], clock.now())
+    wanted = [cancelled[0], *ids[:5], 999_998, *ids[5:], cancelled[1]]
+    found = store.finished(wanted)
+    assert {i: r.result for i, r in found.items() if r is not None and i in by_id} == by_id
+    assert [found[i].state for i in cancelled] == [TaskState.CANCELLED] * 2  # type: ignore[union-attr]
+    assert [found[i].result for i in cancelled] == [None, None]  # type: ignore[union-attr]
+    assert found[999_998] is None
 
 
 def test_the_finish_watcher_hears_tasks_finish(store: BackendStore, clock: ManualClock) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 from mypy import api
 
 PRELUDE = """
+import asyncio
+
 from durablesched import Scheduler, TaskContext, TaskHandle, TaskRegistry, MemoryStore
 
 registry = TaskRegistry()
@@ -41,6 +43,9 @@ direct: bool = send("ada@example.com")  # still the function
 async def main() -> None:
     result: bytes = await scheduler.enqueue(fetch, "x")
     other: bool = await (await scheduler.aenqueue(send, "y")).aresult(timeout=1)
+    many: list[bool] = await asyncio.gather(*(h.aresult() for h in handles))
+    waited: bool = await asyncio.wait_for(sent.aresult(), 1)
+    pending: asyncio.Future[bool] = sent.aresult(timeout=1)
 """
 )
 
@@ -54,6 +59,9 @@ WRONG = {
     "send.bind(1)": 'No overload variant of "bind"',
     'x: str = scheduler.enqueue(send, "a").result()': "Incompatible types in assignment",
     'y: str = scheduler.enqueue(fetch, "u").result()': "Incompatible types in assignment",
+    'z: asyncio.Future[str] = scheduler.enqueue(send, "a").aresult()': (
+        "Incompatible types in assignment"
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The waiting thread that every handle of a scheduler shares (durablesched/waiting.py):
 results that stream in are read in batches, the fallback read covers every wait
-whatever the watcher says, and a coroutine's deadline holds after the scheduler closes.
+whatever the watcher says, a future's deadline, cancellation and the scheduler's close
+each end its wait.
 
 Against a store and a watcher made here, driven by the test: no database, no sleeps
 (waits are on events, bounded by WAIT)."""
@@ -14,6 +15,7 @@ from collections.abc import Collection
 
 import pytest
 
+from durablesched import waiting
 from durablesched.records import Finished
 from durablesched.states import TaskState
 from durablesched.store.protocol import OnFinished
@@ -166,38 +168,23 @@ def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
         waiters.close()
 
 
-def test_a_coroutines_deadline_outlives_the_waiting_thread() -> None:
-    """Closed while a coroutine waits with a timeout, its deadline moves to its loop."""
-    store = Store()
-    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
-
-    async def main() -> bool:
-        waiter = Waiter(asyncio.get_running_loop())
-        assert waiter.future is not None
-        waiters.add(1, waiter, timeout=0.05)
-        await asyncio.to_thread(waiters.close)
-        await asyncio.wait_for(waiter.future, WAIT)
-        return waiter.expired
-
-    assert asyncio.run(main()) is True
-
-
 def test_a_deadline_expires_only_the_waits_still_pending() -> None:
+    """A future past its deadline raises TimeoutError and leaves nothing waiting; one
+    whose task finished in time has its result."""
     store = Store()
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
 
-    async def main() -> tuple[bool, bool, int]:
+    async def main() -> tuple[str, object, int]:
         loop = asyncio.get_running_loop()
-        late, done = Waiter(loop), Waiter(loop)
-        assert late.future is not None and done.future is not None
         store.done.add(2)
-        waiters.add(1, late, timeout=0.05)
-        waiters.add(2, done, timeout=0.05)
-        await asyncio.wait_for(asyncio.gather(late.future, done.future), WAIT)
-        return late.expired, done.expired, waiters.waiting
+        late = waiters.future(1, loop, timeout=0.05)
+        done = waiters.future(2, loop, timeout=0.05)
+        with pytest.raises(TimeoutError) as raised:
+            await asyncio.wait_for(late, WAIT)
+        return str(raised.value), await done, waiters.waiting
 
     try:
-        assert asyncio.run(main()) == (True, False, 0)
+        assert asyncio.run(main()) == ("task 1 did not finish within 0.05 s", 20, 0)
     finally:
         waiters.close()
 
@@ -209,14 +196,113 @@ def test_a_zero_timeout_still_reads_once(timeout: float) -> None:
     store.done.add(5)
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
 
-    async def main() -> tuple[bool, int]:
-        waiter = Waiter(asyncio.get_running_loop())
-        assert waiter.future is not None
-        waiters.add(5, waiter, timeout=timeout)
-        record = await asyncio.wait_for(waiter.future, WAIT)
-        return waiter.expired, -1 if record is None else record.result
+    async def main() -> object:
+        return await asyncio.wait_for(waiters.future(5, asyncio.get_running_loop(), timeout), WAIT)
 
     try:
-        assert asyncio.run(main()) == (False, 50)
+        assert asyncio.run(main()) == 50
     finally:
         waiters.close()
+
+
+def test_a_cancelled_future_stops_waiting() -> None:
+    """Cancelling the future (or the code awaiting it) unregisters it at once: nothing is
+    left waiting on its task, whether it had a deadline or not."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        plain, timed = waiters.future(1, loop), waiters.future(2, loop, timeout=WAIT)
+        awaiting = asyncio.ensure_future(asyncio.gather(plain, timed))
+        await asyncio.sleep(0)
+        before = waiters.waiting
+        awaiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await awaiting
+        return before, waiters.waiting
+
+    try:
+        assert asyncio.run(main()) == (2, 0)
+    finally:
+        waiters.close()
+
+
+def test_cancelled_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits given up by the many do not keep their futures in the deadline heap until
+    their deadlines pass."""
+    monkeypatch.setattr(waiting, "COMPACT_AFTER", 4)
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        futures = [waiters.future(i, loop, timeout=WAIT) for i in range(10)]
+        for future in futures[:9]:
+            future.cancel()
+        return len(waiters._deadlines)
+
+    try:
+        assert asyncio.run(main()) < 5
+    finally:
+        waiters.close()
+
+
+def test_an_outcome_read_for_a_future_cancelled_meanwhile_is_dropped() -> None:
+    """The waiting thread read the task and handed its future to the loop; the future is
+    cancelled before the loop settles it: it stays cancelled, and nothing is raised."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    handed = threading.Event()
+    deliver = waiters._deliver
+
+    def deliver_then_tell(found: dict[int, Finished | None]) -> int:
+        delivered = deliver(found)
+        if found:
+            handed.set()
+        return delivered
+
+    waiters._deliver = deliver_then_tell  # type: ignore[method-assign]
+    errors: list[dict[str, object]] = []
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        store.done.add(3)
+        future = waiters.future(3, loop)
+        assert handed.wait(WAIT)  # blocks the loop: the settling call waits behind us
+        future.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the settling call runs
+        return future.cancelled()
+
+    try:
+        assert asyncio.run(main()) is True
+        assert errors == []
+    finally:
+        waiters.close()
+
+
+def test_closing_wakes_every_wait() -> None:
+    """Nothing can finish a wait once the waiting thread is gone: closing resolves every
+    future with a RuntimeError on its loop and wakes every thread's waiter."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    thread_waiter = Waiter()
+
+    async def main() -> list[BaseException | object]:
+        loop = asyncio.get_running_loop()
+        waiters.add(1, thread_waiter)
+        futures = [waiters.future(1, loop), waiters.future(2, loop, timeout=WAIT)]
+        await asyncio.to_thread(waiters.close)
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT)
+
+    outcomes = asyncio.run(main())
+    assert [str(e) for e in outcomes] == [
+        "the scheduler was closed while task 1 was waited on",
+        "the scheduler was closed while task 2 was waited on",
+    ]
+    assert all(isinstance(e, RuntimeError) for e in outcomes)
+    assert thread_waiter.wait(0) and thread_waiter.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        waiters.add(3, Waiter())

@@ -80,7 +80,7 @@ from durablesched.store.sql.claiming import (
 from durablesched.store.sql.codec import (
     dump,
     error_from_json,
-    finished_outcome,
+    finished_outcomes,
     from_db_time,
     record,
 )
@@ -198,8 +198,9 @@ class SQLStore(Transactions):
                 chunk = wanted[start : start + _IDS_PER_READ]
                 ids = {"ids": self.dialect.ids(chunk)}
                 # One statement, no transaction: each task's outcome is final once read.
-                for r in self._lone_rows(self.dialect.finished_outcomes, ids):
-                    found[int(r[0])] = None if r[2] is None else finished_outcome(r)
+                found.update(
+                    finished_outcomes(self._lone_rows(self.dialect.finished_outcomes, ids))
+                )
         return found
 
     def history(self, task_id: int) -> list[TaskEvent]:
