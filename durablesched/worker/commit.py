@@ -99,10 +99,18 @@ class GroupCommit:
     def started(self, claim: Claim) -> None:
         """A claim ahead started (its ``started_at`` set): recorded with the next group
         commit, the one that records the outcome whose slot it took if it comes in
-        time (``commit_delay``), else on its own."""
+        time (``commit_delay``), else on its own.
+
+        The committer is woken only if nothing else was pending: it then waits for
+        work, and must gather this start. With something pending it is already
+        gathering or recording, and takes this start with its batch or the next one;
+        a wake-up would only take the interpreter from the task just started.
+        """
         with self._changed:
+            idle = not self._pending and not self._starts
             self._starts.append(claim)
-            if self.detached:
+            self._slots.mark_started()
+            if self.detached and idle:
                 self._changed.notify_all()
 
     def hand_over(self, running: Running, outcome: Outcome) -> None:

@@ -478,8 +478,7 @@ class Worker:
             return None
         running = self._ahead.take(self.scheduler.clock.now())
         if running is not None:
-            self._commit.started(running.claim)
-            self._slots.mark_started()
+            self._commit.started(running.claim)  # and waiters for starts are told
         return running
 
     def _settle_waiting(self, now: datetime) -> None:

@@ -57,6 +57,11 @@ class Slots:
         self.lock = threading.Lock()
         #: Notified whenever the set changes (and when the last pending outcome arrives).
         self.changed = threading.Condition(self.lock)
+        #: Notified when attempts are added or a claim ahead starts: what
+        #: :meth:`wait_running` waits on. Apart from ``changed``, whose waiter (the group
+        #: commit's leader, gathering outcomes) a start would wake for nothing, taking
+        #: the interpreter from the task that just started.
+        self.started_changed = threading.Condition(self.lock)
         #: Read without the lock only for a count, as a hint.
         self.active: dict[int, Running] = {}
         self._subscribe = subscribe
@@ -70,6 +75,7 @@ class Slots:
             for running in started:
                 self.active[running.claim.task_id] = running
             self.changed.notify_all()
+            self.started_changed.notify_all()
 
     def remove(self, done: list[Running]) -> None:
         with self.changed:
@@ -102,10 +108,10 @@ class Slots:
     def wait_running(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` attempts run here (True) or ``timeout`` seconds pass."""
         deadline = time.monotonic() + timeout
-        with self.changed:
+        with self.started_changed:
             while self.started() < count:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.changed.wait(remaining):
+                if remaining <= 0 or not self.started_changed.wait(remaining):
                     return self.started() >= count
             return True
 
@@ -115,9 +121,9 @@ class Slots:
         return sum(1 for r in self.active.values() if not r.waiting)
 
     def mark_started(self) -> None:
-        """A waiting claim started: wake whoever waits for attempts to run."""
-        with self.changed:
-            self.changed.notify_all()
+        """A waiting claim started: wake whoever waits for attempts to run (call with
+        the lock held)."""
+        self.started_changed.notify_all()
 
 
 def free_slots(

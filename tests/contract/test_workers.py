@@ -146,3 +146,44 @@ def test_claims_ahead_are_told_from_started_ones_until_their_start_is_recorded(
         [], at(24), owner="w", limit=0, lease=LEASE, started=[replace(started, started_at=at(24))]
     )
     assert store.get(started.task_id).started_at == at(22)  # type: ignore[union-attr]
+
+
+def test_starts_recorded_in_one_batch_move_only_their_own_valid_lines(
+    store: BackendStore,
+) -> None:
+    """Several starts in one group commit: each valid claim ahead gets its start and its
+    history line moved to it; a start already recorded keeps its line, and a claim no
+    longer valid (another fence) changes neither its task nor its line. Fails with the
+    line moved for every start of the batch (not only where the task's start is this
+    one's)."""
+    store.register_worker(info("w"), at(10))
+    store.submit([NewTask("t", {}, at(10), 3) for _ in range(4)], T0)
+    first, a, b, c = store.claim("w", 1, at(20), LEASE, ahead=3)
+
+    def running_line(task_id: int) -> object:
+        (line,) = [e for e in store.history(task_id) if e.state is TaskState.RUNNING]
+        return line.at
+
+    store.record_and_claim(
+        [Outcome(first, result=1)],
+        at(23),
+        owner="w",
+        limit=0,
+        lease=LEASE,
+        started=[replace(a, started_at=at(22))],
+    )
+    assert running_line(a.task_id) == at(22)
+    store.record_and_claim(
+        [],
+        at(26),
+        owner="w",
+        limit=0,
+        lease=LEASE,
+        started=[
+            replace(a, started_at=at(25)),  # recorded at 22 already
+            replace(b, fence=b.fence + 1, started_at=at(25)),  # not this worker's claim
+            replace(c, started_at=at(25)),
+        ],
+    )
+    assert [store.get(t.task_id).started_at for t in (a, b, c)] == [at(22), None, at(25)]  # type: ignore[union-attr]
+    assert [running_line(t.task_id) for t in (a, b, c)] == [at(22), at(20), at(25)]

@@ -405,3 +405,62 @@ def test_claims_ahead_held_while_the_loop_sleeps_past_the_window_wake_it(
     worker._launch(scheduler.store.claim("w", 0, now, LEASE, ahead=1))
     assert worker._wakeup.is_set()
     tasks.release.set()
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts its notify_all calls."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.notified = 0
+
+    def notify_all(self) -> None:
+        self.notified += 1
+        super().notify_all()
+
+
+def test_a_start_wakes_the_committer_only_when_nothing_else_is_pending(
+    scheduler: Scheduler, worker: Worker
+) -> None:
+    """A start with nothing else pending (a claim ahead started by the launch or the
+    loop, a slot being free) wakes the idle committer, so that it is recorded while the
+    task runs; a start beside a pending outcome does not (the committer is gathering
+    already: waking it would only take the interpreter from the task just started).
+    Fails with the committer never woken by a start, or woken by every one."""
+    scheduler.submit("quick", {"tag": "a"})
+    scheduler.submit("quick", {"tag": "b"})
+    first, second = scheduler.store.claim("w", 2, scheduler.clock.now(), LEASE)
+    commit = worker._commit
+    counting = CountingCondition(worker._slots.lock)
+    commit._changed = counting
+    commit.detached = True  # as while the committer runs
+    commit.started(first)
+    assert counting.notified == 1  # idle: woken
+    commit.started(second)
+    assert counting.notified == 1  # the first start is pending: not woken again
+    assert [c.task_id for c in commit._starts] == [first.task_id, second.task_id]
+    commit.detached = False
+
+
+def test_a_wait_for_running_attempts_sees_a_claim_ahead_start(
+    scheduler: Scheduler, tasks: Tasks, worker: Worker
+) -> None:
+    """``wait_running`` waits on a condition of its own (a start no longer wakes the
+    group commit's leader): a claim ahead that starts must still be told to it. Fails
+    with the start not notifying that condition."""
+    scheduler.submit("block")
+    answer: list[bool] = []
+    waiter = threading.Thread(target=lambda: answer.append(worker.wait_running(1, WAIT)))
+    waiter.start()
+    deadline = time.monotonic() + WAIT
+    while not worker._slots.started_changed._waiters:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the waiter never waited"
+        time.sleep(0)  # a yield to the waiter, not a timed wait
+    claims = scheduler.store.claim("w", 0, scheduler.clock.now(), LEASE, ahead=1)
+    told = time.monotonic()
+    worker._launch(claims)  # held as waiting (not running), then started at once
+    waiter.join(WAIT)
+    assert answer == [True]
+    assert time.monotonic() - told < WAIT / 2  # told, not timed out
+    assert tasks.blocking.is_set() or tasks.blocking.wait(WAIT)
+    tasks.release.set()

@@ -282,15 +282,23 @@ def record_starts(
     """The starts of claims ahead, in a group commit before its outcomes: each valid claim
     whose task has no start yet gets ``started_at`` and its claim's history line moved
     to that time (the attempt's start). Their rows are locked already
-    (``Transactions._lock_tasks``)."""
+    (``Transactions._lock_tasks``). Two statements for the batch, each run for every
+    start (two per start cost a group commit of a 1-slot worker ~80 µs a task)."""
     stamp = tx._t(now)
-    for claim in sorted(started, key=lambda c: c.task_id):
-        if claim.started_at is None:
-            continue
-        at = tx._t(claim.started_at)
-        params = {"id": claim.task_id, "owner": claim.owner, "fence": claim.fence, "now": stamp}
-        if conn.execute(SQL_MARK_STARTED, {**params, "at": at}).rowcount:
-            conn.execute(SQL_START_LINE, {"id": claim.task_id, "at": at})
+    params = [
+        {
+            "id": claim.task_id,
+            "owner": claim.owner,
+            "fence": claim.fence,
+            "now": stamp,
+            "at": tx._t(claim.started_at),
+        }
+        for claim in sorted(started, key=lambda c: c.task_id)
+        if claim.started_at is not None
+    ]
+    if params:
+        conn.execute(SQL_MARK_STARTED, params)
+        conn.execute(SQL_START_LINE, params)
 
 
 def queue_limits(row: Any) -> QueueLimits:

@@ -26,9 +26,13 @@ VALID = (
 #: A claim ahead started (``record_and_claim(started=)``): its start time, once.
 SQL_MARK_STARTED = text(f"UPDATE tasks SET started_at = :at WHERE {VALID} AND started_at IS NULL")
 #: ... and its claim's history line moved to that time: the attempt's start.
+#: Run after :data:`SQL_MARK_STARTED` for a batch of starts: moved only where the claim
+#: is valid and its task's start is this one (the line of a start recorded before, at
+#: another time, stays).
 SQL_START_LINE = text(
     "UPDATE task_events SET at = :at WHERE id = "
-    "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING')"
+    "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING') "
+    f"AND EXISTS (SELECT 1 FROM tasks WHERE {VALID} AND started_at = :at)"
 )
 #: Per queue, the RUNNING tasks claimed ahead and not started (few: read by state).
 #: Grouped by an expression: grouped by the column, SQLite walked every task in
