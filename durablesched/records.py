@@ -236,6 +236,9 @@ class TaskRecord:
     #: When its latest attempt started; None while it waits claimed ahead in a worker
     #: (RUNNING, not started: ``Worker(ahead=)``), and for a task never claimed.
     started_at: datetime | None = None
+    #: While it has a debounce key: the latest due time later submits with the key may
+    #: give it (the first submit's time plus its ``max_wait``; None: no such bound).
+    debounce_until: datetime | None = None
 
     @property
     def effective_key(self) -> str:

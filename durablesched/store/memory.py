@@ -1053,6 +1053,7 @@ class MemoryStore(MemoryWorkflows):
             trace=trace,
             limit_key=new.limit_key,
             debounce_key=new.debounce_key,
+            debounce_until=None if new.debounce_key is None else new.debounce_until,
         )
         if new.debounce_key is not None:
             self._debounced[new.debounce_key] = task_id
@@ -1260,7 +1261,7 @@ class MemoryStore(MemoryWorkflows):
         if task.debounce_key is not None and task.state is not TaskState.PENDING:
             # Started (or cancelled): the next submit with its key makes a new task.
             del self._debounced[task.debounce_key]
-            task = replace(task, debounce_key=None)
+            task = replace(task, debounce_key=None, debounce_until=None)
         old = self._tasks.get(task.id)
         self._tasks[task.id] = task
         key = task.limit_key

@@ -224,3 +224,53 @@ def test_a_debounce_key_held_in_the_destination_stays_with_its_task(
     assert arrived is not None and (arrived.args, arrived.debounce_key) == ({"n": 2}, None)
     held = destination.get(mine.task_id)
     assert held is not None and held.debounce_key == "d"
+
+
+@pytest.mark.parametrize("until", [at(60), None], ids=["max-wait", "no-max-wait"])
+def test_a_moved_debounced_task_keeps_its_window(
+    pair: tuple[SQLStore, SQLStore], until: object
+) -> None:
+    """Its debounce window's end moves with it: a later submit with the key there may put
+    it off up to that end (no further; without a ``max_wait``, as far as it asks)."""
+    source, destination = pair
+    assert until is None or isinstance(until, type(T0))
+    (made,) = source.submit(
+        [NewTask("quiet", {"n": 1}, at(50), 3, debounce_key="d", debounce_until=until)], T0
+    )
+    report = move_live_tasks(source, destination, lambda: at(20))
+    moved = destination.get(report.mapping[made.task_id])
+    assert moved is not None and (moved.debounce_key, moved.debounce_until) == ("d", until)
+    destination.submit([NewTask("quiet", {"n": 2}, at(70), 3, debounce_key="d")], at(21))
+    moved = destination.get(report.mapping[made.task_id])
+    assert moved is not None and moved.args == {"n": 2}
+    assert moved.due_at == (at(70) if until is None else until)
+
+
+def test_a_move_cut_short_hands_over_the_debounce_key_when_it_resumes(
+    pair: tuple[SQLStore, SQLStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handed over, the task gave its debounce key up in the source (CANCELLED there): the
+    run that finishes the move reads it from the hand-over line."""
+    source, destination = pair
+    (made,) = source.submit(
+        [NewTask("quiet", {"n": 1}, at(50), 3, debounce_key="d", debounce_until=at(60))], T0
+    )
+    real_receive = destination.receive
+
+    def die(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt  # killed between leaving the source and arriving
+
+    monkeypatch.setattr(destination, "receive", die)
+    with pytest.raises(KeyboardInterrupt):
+        move_live_tasks(source, destination, lambda: at(20))
+    left = source.get(made.task_id)
+    assert left is not None and left.debounce_key is None  # given up in the source
+    monkeypatch.setattr(destination, "receive", real_receive)
+    report = move_live_tasks(source, destination, lambda: at(21))
+    assert report.copied == 1
+    moved = destination.get(report.mapping[made.task_id])
+    assert moved is not None and (moved.debounce_key, moved.debounce_until) == ("d", at(60))
+    (again,) = destination.submit([NewTask("quiet", {"n": 2}, at(40), 3, debounce_key="d")], at(22))
+    assert again.task_id == moved.id  # debounced onto the moved task
+    events = [e.detail for e in source.history(made.task_id)]
+    assert f"moved to database {destination.instance()} as task {moved.id} (was PENDING)" in events

@@ -97,6 +97,8 @@ def record(row: Row[Any]) -> TaskRecord:
         limit_key=row.limit_key,
         debounce_key=row.debounce_key,
         started_at=opt_time(row.started_at),
+        # (The column outlives the key, which the task gives up when it leaves PENDING.)
+        debounce_until=None if row.debounce_key is None else opt_time(row.debounce_until),
     )
 
 

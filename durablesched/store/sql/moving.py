@@ -8,16 +8,18 @@ confirms the move by rewriting that line. Not part of the Store protocol;
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from durablesched.errors import StoreError
 from durablesched.records import SUBMITTED, TaskRecord, join_trace
 from durablesched.states import TaskState
-from durablesched.store.sql.codec import dump, error_json, record
+from durablesched.store.sql.codec import dump, error_json, opt_time, record
 from durablesched.store.sql.statements import (
     SQL_CONFIRM_MOVE,
     SQL_COPIED,
@@ -65,10 +67,7 @@ def hand_over(
         debounce = {r.id: r.debounce_key for r in found}
         rows = conn.execute(SQL_HAND_OVER, {"ids": sorted(live), "now": tx._t(now)}).all()
         moved = sorted(
-            (
-                (replace(record(r), debounce_key=debounce[r.id]), TaskState(live[r.id]))
-                for r in rows
-            ),
+            ((_debouncing(r, debounce[r.id]), TaskState(live[r.id])) for r in rows),
             key=lambda m: m[0].id,
         )
         for task, state in moved:
@@ -78,7 +77,7 @@ def hand_over(
                 now,
                 TaskState.CANCELLED,
                 task.attempts,
-                _moving(destination, state),
+                _moving(destination, state, task.debounce_key),
             )
         tx._tell_finished(conn, (task.id for task, _ in moved), now)
     return moved
@@ -89,7 +88,11 @@ def in_transit(tx: Transactions, destination: int) -> list[tuple[TaskRecord, Tas
     prefix = _moving(destination, None)
     with tx._read("finding tasks in transit") as conn:
         rows = conn.execute(SQL_IN_TRANSIT, {"prefix": prefix + "%"}).all()
-    return [(record(r), TaskState(r.detail.rsplit("was ", 1)[1].rstrip(")"))) for r in rows]
+    moved = []
+    for r in rows:
+        state, debounce_key = _parse_moving(r.detail[len(prefix) :])
+        moved.append((_debouncing(r, debounce_key), state))
+    return moved
 
 
 def confirm_move(
@@ -98,9 +101,8 @@ def confirm_move(
     """Rewrite each hand-over line to say which task it became there."""
     with tx._write("confirming moved tasks") as conn:
         for task, state, new_id in moved:
-            event_id = conn.execute(
-                SQL_EVENT_ID, {"task_id": task.id, "detail": _moving(destination, state)}
-            ).scalar()
+            detail = _moving(destination, state, task.debounce_key)
+            event_id = conn.execute(SQL_EVENT_ID, {"task_id": task.id, "detail": detail}).scalar()
             if event_id is not None:
                 conn.execute(
                     SQL_CONFIRM_MOVE,
@@ -175,9 +177,11 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
             "priority": task.priority,
             "limit_key": task.limit_key,
             "debounce_key": debounce_key,
-            # Its debounce window's end is not handed over: its due time (no later than
-            # that end) caps how far later submits with the key may put it off.
-            "debounce_until": None if debounce_key is None else tx._t(task.due_at),
+            "debounce_until": (
+                None
+                if debounce_key is None or task.debounce_until is None
+                else tx._t(task.debounce_until)
+            ),
         },
     ).first()
     if stored is None:
@@ -210,7 +214,28 @@ def _arrive(  # noqa: PLR0917 - receive's loop body, given its variables in orde
     return new_id, "copied"
 
 
-def _moving(destination: int, state: TaskState | None) -> str:
-    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``)."""
+def _moving(destination: int, state: TaskState | None, debounce_key: str | None = None) -> str:
+    """The hand-over line of a task moving to ``destination`` (its prefix, without ``state``):
+    the state it was in and, if it had one, its debounce key (as JSON), which the task
+    gave up when it became CANCELLED here: a move cut short hands it over from this line."""
     head = f"moving to database {destination} "
-    return head if state is None else f"{head}(was {state.value})"
+    if state is None:
+        return head
+    if debounce_key is None:
+        return f"{head}(was {state.value})"
+    return f"{head}(was {state.value}, debounce key {json.dumps(debounce_key)})"
+
+
+def _parse_moving(rest: str) -> tuple[TaskState, str | None]:
+    """What a hand-over line says after its prefix (:func:`_moving`): the state the task was
+    in and its debounce key."""
+    inner = rest.removeprefix("(was ").removesuffix(")")
+    state, _, key = inner.partition(", debounce key ")
+    return TaskState(state), (json.loads(key) if key else None)
+
+
+def _debouncing(row: Row[Any], debounce_key: str | None) -> TaskRecord:
+    """The record of a task handed over (``row``, of ``TASK_COLUMNS``) with the debounce key
+    it had before (the row's is gone: it left PENDING) and that key's window's end."""
+    until = None if debounce_key is None else opt_time(row.debounce_until)
+    return replace(record(row), debounce_key=debounce_key, debounce_until=until)

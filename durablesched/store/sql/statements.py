@@ -51,7 +51,7 @@ TASK_COLUMNS = (
     "id, seq, name, args, state, due_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, fence, cancel_requested_at, result, last_error, idempotency_key, "
     "created_at, updated_at, finished_at, environment, queue, priority, limit_key, started_at, "
-    "debounce_key"
+    "debounce_key, debounce_until"
 )
 #: What a claim returns per task, in the order the store unpacks it.
 CLAIM_RETURNING = (
