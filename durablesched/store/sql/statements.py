@@ -387,6 +387,11 @@ SQL_HISTORY = text(
     "SELECT task_id, at, state, attempt, detail, error FROM task_events "
     "WHERE task_id = :id ORDER BY id"
 )
+#: The last history line of each of ``:ids`` (by the primary key: one index probe a task).
+SQL_LATEST_EVENTS = text(
+    "SELECT task_id, at, state, attempt, detail, error FROM task_events "
+    "WHERE id IN (SELECT max(id) FROM task_events WHERE task_id IN :ids GROUP BY task_id)"
+).bindparams(bindparam("ids", expanding=True))
 
 
 def sql_list_tasks(*, state: bool, name: bool, queue: bool = False) -> TextClause:
