@@ -25,11 +25,18 @@
 - ``sleeping``: the claim of one due task (claim and complete, one at a time) with
   N sleeping workflows in the table (PENDING, due in three days: what a suspended
   workflow is) against an empty table, p50 in ms and their ratio: target <= 1.1.
+- ``waiting``: the same claim with N workflows suspended waiting for a signal
+  (``--waiting``, 10,000: each claimed and suspended by ``Store.suspend`` with its
+  signal's name, PENDING due at the end of time with its wait recorded, as
+  ``ctx.wait_for_signal`` leaves it) against the table without them, p50 in ms and
+  their ratio: target <= 1.1. On PostgreSQL each is measured after a ``VACUUM
+  ANALYZE`` (what autovacuum keeps), and right after the suspensions too
+  (``ratio_before_vacuum``: their dead rows still in the claim's index).
 - ``replay``: a workflow that recorded R steps, from its claim to its next step (the
   checkpoints read and replayed), ms: target <= 50 ms for R = 1,000.
 
     python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
-        [--sleeping N] [--rounds K] [--replay R] [--no-dbos] [--dbos-rounds K]
+        [--sleeping N] [--waiting N] [--rounds K] [--replay R] [--no-dbos] [--dbos-rounds K]
         [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
@@ -60,6 +67,7 @@ import psycopg
 from durablesched import Scheduler, TaskContext, TaskRegistry, TaskState, Worker, open_store
 from durablesched.records import NewTask, Outcome
 from durablesched.store.protocol import Store
+from durablesched.workflows.steps import FOREVER
 
 from .common import ROOT, bench_env, fresh
 
@@ -323,6 +331,41 @@ def sleeping_claim(db: str, sleeping: int, rounds: int) -> dict[str, float]:
     return {"empty_p50_ms": empty, "sleeping_p50_ms": full, "ratio": full / empty}
 
 
+def waiting_claim(db: str, waiting: int, rounds: int) -> dict[str, float]:
+    store = open_store(db)
+    try:
+        _vacuum(db)
+        empty = _claim_p50(store, rounds)
+        batch = 1_000
+        for first in range(0, waiting, batch):
+            now = datetime.now().astimezone()
+            count = min(batch, waiting - first)
+            store.submit([NewTask("bench.approval", {}, now, 3, None)] * count, now)
+            claims = store.claim("bench", count, now, timedelta(minutes=10), ["bench.approval"])
+            for claim in claims:
+                store.suspend(claim, FOREVER, now, detail="waiting for signal 'go'", signal="go")
+        at_once = _claim_p50(store, rounds)
+        _vacuum(db)
+        full = _claim_p50(store, rounds)
+    finally:
+        store.close()
+    return {
+        "empty_p50_ms": empty,
+        "waiting_p50_ms": full,
+        "ratio": full / empty,
+        "before_vacuum_p50_ms": at_once,
+        "ratio_before_vacuum": at_once / empty,
+    }
+
+
+def _vacuum(db: str) -> None:
+    """PostgreSQL: the dead rows of what came before cleaned, as autovacuum does in
+    time (each claimed and suspended workflow left two in the claim's index)."""
+    if db.startswith("postgres"):
+        with closing(psycopg.connect(_plain(db), autocommit=True)) as conn:
+            conn.execute("VACUUM ANALYZE")
+
+
 def replay(db: str, recorded: int) -> dict[str, float]:
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
@@ -350,6 +393,7 @@ def run(
     sleeping: int,
     rounds: int,
     recorded: int,
+    waiting: int = 10_000,
     dbos: bool = True,
     dbos_rounds: int = 2,
 ) -> dict[str, Any]:
@@ -362,6 +406,7 @@ def run(
         figures[name].update(
             signal=signal_latency(db, rounds),
             replay=replay(db, recorded),
+            waiting=waiting_claim(db, waiting, rounds),
             sleeping=sleeping_claim(db, sleeping, rounds),
         )
     return figures
@@ -373,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflows", type=int, default=500)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--sleeping", type=int, default=1_000_000)
+    parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--replay", type=int, default=1000)
     parser.add_argument("--no-dbos", action="store_true", help="leave DBOS's side out")
@@ -390,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             workflows=args.workflows,
             steps=args.steps,
             sleeping=args.sleeping,
+            waiting=args.waiting,
             rounds=args.rounds,
             recorded=args.replay,
             dbos=not args.no_dbos,

@@ -26,6 +26,7 @@ from durablesched.registry import TaskRegistry
 from durablesched.retry import DEFAULT_RETRY
 from durablesched.states import TaskState
 from durablesched.submission import API_NAMES, MAX_ARGS_DEPTH, MAX_ATTEMPTS, build_task, check_name
+from durablesched.workflows.waits import waiting_for
 
 #: What a cancel achieved, in words; ``--json`` gives the outcome's name instead.
 CANCEL_MESSAGES = {
@@ -250,19 +251,21 @@ def cmd_ls(args: argparse.Namespace) -> int:
         except InvalidTaskError as e:
             raise UsageError(str(e)) from None
     store = open_db(args)
+    now = SystemClock().now()
     try:
         listing = live_first(
             store,
             state=state,
             name=args.name or None,
             limit=limit,
-            now=SystemClock().now(),
+            now=now,
             queue=args.queue or None,
         )
+        waits = waiting_for(store, listing.tasks, now, when)
     finally:
         store.close()
     if args.json:
-        print_json([record_dict(t) for t in listing.tasks])
+        print_json([{**record_dict(t), "waits_for": waits.get(t.id)} for t in listing.tasks])
         return EXIT_OK
     rows = [
         [
@@ -274,10 +277,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
             when(t.due_at),
             f"{t.attempts}/{t.max_attempts}",
             t.lease_owner,
+            waits.get(t.id),
         ]
         for t in listing.tasks
     ]
-    headers = ["id", "name", "queue", "priority", "state", "due_at", "attempts", "lease_owner"]
+    headers = [
+        "id", "name", "queue", "priority", "state", "due_at", "attempts", "lease_owner",
+        "waits_for",
+    ]  # fmt: skip
     print(table(headers, rows))
     if listing.left_out or listing.more_than:
         count = f"{'at least ' if listing.more_than else ''}{listing.left_out:,}"

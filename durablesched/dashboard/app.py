@@ -49,6 +49,7 @@ from durablesched.records import OLDEST
 from durablesched.scheduler import Scheduler
 from durablesched.states import TERMINAL, TaskState
 from durablesched.submission import check_name
+from durablesched.workflows.waits import waiting_for
 
 HERE = Path(__file__).parent
 #: How often an open page asks for its live part again, in milliseconds (docs/dashboard.md).
@@ -120,8 +121,11 @@ class Pages:
         newer = more if query.after else query.before is not None
         older = query.after != OLDEST if query.after else more
         first, last = (shown[0], shown[-1]) if shown else (None, None)
+        now = self.scheduler.clock.now()
+        waits = await run_in_threadpool(waiting_for, self.store, shown, now, _when)
         context = {
             "tasks": shown,
+            "waits": waits,
             "asked": asked,
             "first_link": asked.link(before=None, after=None) if newer else None,
             "newer_link": asked.link(before=None, after=cursor(first.created_at, first.id))

@@ -175,6 +175,10 @@ class MemoryStore(MemoryWorkflows):
         with self._lock:
             return list(self._events.get(task_id, ()))
 
+    def latest_events(self, task_ids: Collection[int]) -> dict[int, TaskEvent]:
+        with self._lock:
+            return {i: self._events[i][-1] for i in set(task_ids) if self._events.get(i)}
+
     def finished(self, task_ids: Collection[int]) -> dict[int, Finished | None]:
         found: dict[int, Finished | None] = {}
         with self._lock:

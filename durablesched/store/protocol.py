@@ -235,6 +235,12 @@ class Store(ScheduleStore, Protocol):
         """Every state the task entered, oldest first (empty for an unknown id)."""
         ...
 
+    def latest_events(self, task_ids: Collection[int]) -> dict[int, TaskEvent]:
+        """The last line of each of these tasks' histories (unknown ids left out), in one
+        read however many ids: what a listing shows of many tasks at once (a suspended
+        workflow's line says what it waits for: :mod:`durablesched.workflows.waits`)."""
+        ...
+
     def list_tasks(
         self,
         *,

@@ -25,6 +25,7 @@ from durablesched.records import ErrorInfo, Finished, NewTask
 from durablesched.states import TaskState
 from durablesched.submission import build_task
 from durablesched.tracing import tracing_hook
+from durablesched.workflows import waits
 from durablesched.workflows.steps import FOREVER, StepLog, check_step, refused, suspended
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def gather(
             suspended(
                 ctx,
                 FOREVER,
-                f"suspended at step {position}: waiting for children {ids} ({ended} ended)",
+                waits.children(position, ids, ended),
                 children=(ids, ended),
             )
         outcomes = [_seen(finished[i]) for i in ids]
@@ -165,7 +166,7 @@ def wait_first(
             suspended(
                 ctx,
                 FOREVER,
-                f"suspended at step {position}: waiting for the first of children {ids}",
+                waits.first_child(position, ids),
                 children=(ids, 0),
             )
         first = min(

@@ -33,6 +33,7 @@ from durablesched.errors import (
 from durablesched.records import Environment, StepRecord
 from durablesched.retry import DEFAULT_RETRY, RetryPolicy
 from durablesched.submission import canonical_json
+from durablesched.workflows import waits
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -240,7 +241,7 @@ def sleep_until(ctx: TaskContext, log: StepLog, at: datetime) -> None:
         wake = datetime.fromisoformat(found.result)
     if wake <= now:
         return
-    suspended(ctx, wake, f"suspended at step {position}: sleeping until {wake.isoformat()}")
+    suspended(ctx, wake, waits.sleeping(position, wake))
 
 
 def suspended(
@@ -296,6 +297,5 @@ def wait_for_signal(ctx: TaskContext, log: StepLog, name: str, timeout: timedelt
         if not store.record_step(ctx.claim, position, step, {"timeout": True}, now):
             raise refused(ctx, position, step)
         return None
-    until = "" if deadline is None else f" until {deadline.isoformat()}"
-    detail = f"suspended at step {position}: waiting for signal {name!r}{until}"
+    detail = waits.signal(position, name, deadline)
     suspended(ctx, FOREVER if deadline is None else deadline, detail, signal=name)

@@ -17,12 +17,14 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
         sleeping=50,
         rounds=4,
         recorded=20,
+        waiting=30,
         dbos_rounds=2,
     )["sqlite"]
     assert figures["steps"]["steps_per_s"] > 0 and figures["steps"]["step_cost_ratio"] > 0
     assert figures["signal"]["p50_ms"] > 0
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
     assert figures["sleeping"]["ratio"] > 0
+    assert figures["waiting"]["ratio"] > 0
     if workflows.dbos_installed():
         dbos = figures["dbos"]
         assert dbos["defaults_steps_per_s"] > 0 and dbos["wal_steps_per_s"] > 0

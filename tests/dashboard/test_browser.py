@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from durablesched import ErrorInfo, Scheduler, SQLiteStore, TaskState
 from durablesched.dashboard import create_app
 from durablesched.store.sql.store import SQLStore
+from durablesched.workflows import waits
+from durablesched.workflows.steps import FOREVER
 
 pytestmark = pytest.mark.browser
 
@@ -142,6 +144,30 @@ def test_filtering_the_task_list(store: SQLStore, page: Page) -> None:
         )
         expect(page.locator("table.tasks tbody tr")).to_have_count(3)
         expect(page.locator("td.name").first).to_have_text("send")
+
+
+def test_the_task_list_says_what_a_suspended_workflow_waits_for(
+    store: SQLStore, page: Page
+) -> None:
+    scheduler = Scheduler(store)
+    sleeper = scheduler.submit("sleeper")
+    waiter = scheduler.submit("approval")
+    scheduler.submit("send", delay=timedelta(days=1))
+    now = datetime.now(UTC)
+    claims = {c.task_id: c for c in store.claim("w", 2, now, LEASE, ["sleeper", "approval"])}
+    wake = now + timedelta(days=3)
+    store.suspend(claims[sleeper], wake, now, detail=waits.sleeping(0, wake))
+    detail = waits.signal(1, "approved", None)
+    store.suspend(claims[waiter], FOREVER, now, detail=detail, signal="approved")
+    with serving(create_app(store)) as url:
+        page.goto(f"{url}/tasks")
+        rows = page.locator("table.tasks tbody tr")
+        expect(page.get_by_role("columnheader", name="waits for")).to_be_visible()
+        expect(rows.filter(has_text="sleeper").locator("td.waits")).to_have_text(
+            f"sleep until {wake:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        expect(rows.filter(has_text="approval").locator("td.waits")).to_have_text("signal approved")
+        expect(rows.filter(has_text="send").locator("td.waits")).to_have_text("")
 
 
 def test_a_task_with_retries_shows_each_attempt(store: SQLStore, page: Page) -> None:

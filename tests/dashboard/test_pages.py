@@ -15,6 +15,8 @@ from durablesched.dashboard import create_app
 from durablesched.dashboard.filters import PAGE_SIZE
 from durablesched.dashboard.security import CSP
 from durablesched.records import NewTask, TaskQuery
+from durablesched.workflows import waits
+from durablesched.workflows.steps import FOREVER
 
 from ..conftest import T0
 from .conftest import LEASE, LOCAL, Dash, failed_task
@@ -270,6 +272,31 @@ def test_a_workflows_page_lists_its_steps_and_links_its_children(dash: Dash) -> 
     assert page.count('<tr class="step">') == 2
     assert "charge &lt;card&gt;" in page and "spawn:job" in page
     assert f'href="/tasks/{kids[0].task_id}"' in page
+
+
+def test_the_list_says_what_a_suspended_workflow_waits_for(dash: Dash) -> None:
+    """A sleep's wake time and a signal wait (its name escaped), each in its row; a task
+    merely due later, nothing (docs/dashboard.md)."""
+    now = dash.clock.now()
+    sleeper, waiter, plain = dash.store.submit(
+        [NewTask(n, {}, now, 3, None) for n in ("sleeper", "approval")]
+        + [NewTask("send", {}, now + timedelta(days=1), 3, None)],
+        now,
+    )
+    claims = {c.task_id: c for c in dash.store.claim("w1", 2, now, LEASE)}
+    wake = now + timedelta(days=3)
+    dash.store.suspend(claims[sleeper.task_id], wake, now, detail=waits.sleeping(0, wake))
+    name = "<ok>"
+    dash.store.suspend(
+        claims[waiter.task_id], FOREVER, now, detail=waits.signal(1, name, None), signal=name
+    )
+    page = dash.client.get("/tasks").text
+    cells = dict(re.findall(r'href="/tasks/(\d+)".*?<td class="waits">(.*?)</td>', page, re.S))
+    assert cells == {
+        str(sleeper.task_id): f"sleep until {wake:%Y-%m-%d %H:%M:%S} UTC",
+        str(waiter.task_id): "signal &lt;ok&gt;",
+        str(plain.task_id): "",
+    }
 
 
 def test_the_list_pages_both_ways_and_opens_at_its_oldest_end(dash: Dash) -> None:

@@ -30,7 +30,8 @@ lockstep, comparing every answer:
   and forged claims), ``spawn`` (held, lost and forged claims, recorded positions),
   a child's end waking its suspended parent (any finishing operation), ``forget_steps``
   (finished, live and unknown tasks), and ``steps``,
-  ``signals`` and ``children`` of every task after every step;
+  ``signals`` and ``children`` of every task after every step, and every task's
+  ``latest_events`` in one read;
 * the lone-outcome calls both backends have (``complete`` with children, ``fail``);
 * the :class:`~durablesched.store.protocol.Operator` calls an operator makes:
   ``requeue``, ``stats``, ``purge`` and ``check``.
@@ -1259,6 +1260,10 @@ class StoresAgree(Counted):
             mem, sql = self.memory.get(task_id), self.sql.get(task_id)
             assert mem == sql, f"task {task_id}:\n memory {mem}\n {self.sql.dialect.name} {sql}"
             assert self.memory.history(task_id) == self.sql.history(task_id)
+        # Every task's last line in one read (what ``ls`` shows of a suspended workflow),
+        # unknown ids left out, alike on both.
+        wanted = [*self.ids(), *UNKNOWN_IDS]
+        assert self.memory.latest_events(wanted) == self.sql.latest_events(wanted)
         with self.sql.engine.connect() as conn:
             rows = conn.execute(
                 text("SELECT key, task_id, recorded_at, result FROM idempotency_keys")

@@ -391,6 +391,12 @@ SQL_HISTORY = text(
     "SELECT task_id, at, state, attempt, detail, error FROM task_events "
     "WHERE task_id = :id ORDER BY id"
 )
+#: The last history line of each of ``:ids``: each task's lines found by its index on
+#: ``task_id`` (a workflow has a few a suspension), the last then by the primary key.
+SQL_LATEST_EVENTS = text(
+    "SELECT task_id, at, state, attempt, detail, error FROM task_events "
+    "WHERE id IN (SELECT max(id) FROM task_events WHERE task_id IN :ids GROUP BY task_id)"
+).bindparams(bindparam("ids", expanding=True))
 
 
 def sql_list_tasks(*, state: bool, name: bool, queue: bool = False) -> TextClause:

@@ -100,6 +100,7 @@ from durablesched.store.sql.statements import (
     SQL_FORGET_KEYS,
     SQL_GET,
     SQL_HISTORY,
+    SQL_LATEST_EVENTS,
     SQL_LEASES,
     SQL_NEXT_DUE,
     SQL_NEXT_EXPIRY,
@@ -230,6 +231,23 @@ class SQLStore(Transactions):
                 0, TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, SUBMITTED)
             )
         return events
+
+    def latest_events(self, task_ids: Collection[int]) -> dict[int, TaskEvent]:
+        ids = sorted(set(task_ids))
+        found: dict[int, TaskEvent] = {}
+        with self._read("reading the latest history lines") as conn:
+            for start in range(0, len(ids), _IDS_PER_READ):
+                batch = ids[start : start + _IDS_PER_READ]
+                for r in conn.execute(SQL_LATEST_EVENTS, {"ids": batch}):
+                    found[r.task_id] = TaskEvent(
+                        r.task_id,
+                        from_db_time(r.at),
+                        TaskState(r.state),
+                        r.attempt,
+                        r.detail,
+                        error_from_json(r.error),
+                    )
+        return found
 
     def list_tasks(
         self,
@@ -774,7 +792,8 @@ class SQLStore(Transactions):
         return moving.receive(self, source, moved, now)
 
 
-#: Task ids per read of :meth:`SQLStore.finished` (SQLite binds at most 32,766 values).
+#: Task ids per read of :meth:`SQLStore.finished` and :meth:`SQLStore.latest_events`
+#: (SQLite binds at most 32,766 values).
 _IDS_PER_READ = 5_000
 
 
