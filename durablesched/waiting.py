@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
@@ -47,6 +47,14 @@ RETRY_AFTER = 0.1
 #: Seconds the watcher gathers what finishes after a read that delivered results while
 #: other handles still wait: the most a result streaming in waits for its batch.
 BATCH = 0.02
+#: The share of a core that the reads of a stream of results may take: a batch lasts
+#: :data:`BATCH`, or longer when the read (and hand-over) that began it cost more
+#: than this share of that time (a slow database, a loaded machine), up to
+#: :data:`MAX_BATCH`. So a stream costs the waiting thread about this share, however
+#: long its reads take, and a result waits for its batch at most ``MAX_BATCH``.
+READ_SHARE = 0.015
+#: The longest a batch lasts (seconds), however costly the reads.
+MAX_BATCH = 0.1
 #: Futures with a deadline cancelled before the heap of deadlines is compacted (when
 #: they are also half of it at least).
 COMPACT_AFTER = 64
@@ -165,10 +173,19 @@ class Waiters:
     ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`.
     """
 
-    def __init__(self, store: Store, *, fallback: float = FALLBACK, batch: float = BATCH) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        fallback: float = FALLBACK,
+        batch: float = BATCH,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self._store = store
         self._fallback = fallback
         self._batch = batch
+        #: This thread's CPU seconds: what a read cost, for the next batch's length.
+        self._cpu_clock = cpu_clock
         self._lock = threading.Lock()
         self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
@@ -306,7 +323,7 @@ class Waiters:
                 self._heard = set()
             if fallback:
                 next_fallback = now + self._fallback
-            delivered = 0
+            delivered, cpu = 0, self._cpu_clock()
             if wanted:
                 try:
                     found = self._store.finished(wanted)
@@ -324,16 +341,22 @@ class Waiters:
                 delivered = self._deliver(found)
             else:
                 self._deliver({})  # deadlines only
-            self._nudge_when(delivered)
+            self._nudge_when(delivered, self._cpu_clock() - cpu)
 
-    def _nudge_when(self, delivered: int) -> None:
-        """End the watcher's batch now, or :data:`BATCH` seconds after a read that
-        delivered results while others still wait (a stream: let more gather)."""
+    def _nudge_when(self, delivered: int, spent: float) -> None:
+        """End the watcher's batch now, or after a read that delivered results while
+        others still wait (a stream: let more gather), :data:`BATCH` seconds later, or
+        as long as makes the read's ``spent`` CPU seconds :data:`READ_SHARE` of it
+        (at most :data:`MAX_BATCH`)."""
         now = time.monotonic()
         with self._lock:
             ends = self._batch_ends
             if ends is None and delivered and self._waiting:
-                self._batch_ends = now + self._batch
+                if self._batch > 0:
+                    spread = max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
+                else:
+                    spread = 0.0
+                self._batch_ends = now + spread
                 return
             if ends is not None and now < ends:
                 return  # gathering: the thread wakes at its end

@@ -9,6 +9,7 @@ Against a store and a watcher made here, driven by the test: no database, no sle
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Collection
@@ -138,6 +139,45 @@ def test_the_batch_holds_back_the_nudge() -> None:
         assert second.record is None and waiters.waiting == 1
     finally:
         waiters.close()
+
+
+@pytest.mark.parametrize(
+    "read_cpu",
+    [
+        0.0,  # cheap reads: the batch asked for (50 ms)
+        0.0015,  # 1.5 ms a read is READ_SHARE (1.5 %) of 100 ms
+        1.0,  # however costly: MAX_BATCH (200 ms here)
+    ],
+)
+def test_a_costly_read_spreads_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch, read_cpu: float
+) -> None:
+    """A batch lasts as long as makes the read that began it READ_SHARE of a core,
+    never less than the batch asked for, never more than MAX_BATCH."""
+    monkeypatch.setattr(waiting, "MAX_BATCH", 0.2)
+    monkeypatch.setattr(waiting, "READ_SHARE", 0.015)
+    calls = itertools.count()
+
+    def clock() -> float:  # read before and after each read: each read costs read_cpu
+        return (next(calls) + 1) // 2 * read_cpu
+
+    store = Store()
+    waiters = Waiters(store, batch=0.05, fallback=60, cpu_clock=clock)  # type: ignore[arg-type]
+    first, second = Waiter(), Waiter()
+    try:
+        waiters.add(1, first)
+        waiters.add(2, second)
+        settled(store, {1, 2})
+        store.done.add(1)
+        store.watcher.report({1})
+        delivered(first)
+        began = time.monotonic()
+        assert store.watcher.nudged.wait(WAIT)
+        gap = store.watcher.nudges[0] - began
+    finally:
+        waiters.close()
+    expected = min(max(0.05, read_cpu / 0.015), 0.2)
+    assert expected - 0.02 <= gap < expected + 0.1, (gap, expected)
 
 
 def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
