@@ -55,8 +55,8 @@ BATCH = 0.02
 READ_SHARE = 0.015
 #: The longest a batch lasts (seconds), however costly the reads.
 MAX_BATCH = 0.1
-#: Futures with a deadline cancelled before the heap of deadlines is compacted (when
-#: they are also half of it at least).
+#: Futures with a deadline that stopped waiting (delivered, cancelled) before the heap
+#: of deadlines is compacted (when they are also half of it at least).
 COMPACT_AFTER = 64
 
 
@@ -194,8 +194,8 @@ class Waiters:
         self._heard: set[int] | None = set()
         #: Futures' deadlines (monotonic seconds), earliest first.
         self._deadlines: list[tuple[float, int, WaitingFuture]] = []
-        #: Futures with a deadline given up (cancelled) since the last compaction.
-        self._given_up = 0
+        #: Futures with a deadline that stopped waiting since the heap was compacted.
+        self._ended_since = 0
         self._order = itertools.count()
         #: When the watcher's batch ends (monotonic seconds); None: it is not gathering.
         self._batch_ends: float | None = None
@@ -251,8 +251,7 @@ class Waiters:
 
     def discard(self, task_id: int, waiter: AnyWaiter) -> None:
         """Stop waiting (a thread's timeout, a cancelled future); nothing if it was
-        delivered meanwhile. A future's deadline, if any, stays in the heap until it
-        passes (or a compaction drops it: :meth:`_compact`)."""
+        delivered meanwhile."""
         with self._lock:
             waiters = self._waiting.get(task_id)
             if waiters is not None and waiter in waiters:
@@ -260,17 +259,22 @@ class Waiters:
                 if not waiters:
                     del self._waiting[task_id]
             if isinstance(waiter, WaitingFuture) and waiter.timeout is not None:
-                self._given_up += 1
-                if self._given_up > COMPACT_AFTER and self._given_up * 2 > len(self._deadlines):
-                    self._compact()
+                self._ended(1)
 
-    def _compact(self) -> None:
-        """Under the lock: drop the deadlines of futures no longer waiting (cancelled),
-        so that waits given up by the thousand do not keep their futures until their
-        deadlines pass."""
-        self._deadlines = [d for d in self._deadlines if not d[2].done()]
-        heapq.heapify(self._deadlines)
-        self._given_up = 0
+    def _ended(self, count: int) -> None:
+        """Under the lock: ``count`` futures with a deadline stopped waiting (delivered
+        or cancelled). Their deadlines stay in the heap, skipped when they pass, until
+        they are as many as those still waiting (and more than :data:`COMPACT_AFTER`):
+        then the heap keeps only the waits still waiting, so that short waits with
+        long timeouts do not keep their futures (and results) for those timeouts."""
+        self._ended_since += count
+        if self._ended_since > COMPACT_AFTER and self._ended_since * 2 > len(self._deadlines):
+            waiting = self._waiting
+            self._deadlines = [
+                entry for entry in self._deadlines if entry[2] in waiting.get(entry[2].task_id, ())
+            ]
+            heapq.heapify(self._deadlines)
+            self._ended_since = 0
 
     @property
     def waiting(self) -> int:
@@ -372,7 +376,7 @@ class Waiters:
         threads: list[Waiter] = []
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]]
         by_loop = {}
-        delivered = 0
+        delivered = timed = 0
         with self._lock:
             waiting = self._waiting
             for task_id, record in found.items():
@@ -390,8 +394,12 @@ class Waiters:
                         if batch is None:
                             by_loop[loop] = batch = ([], [])
                         batch[0].append(waiter)
+                        if waiter.timeout is not None:
+                            timed += 1
             if self._deadlines and self._deadlines[0][0] <= now:
                 self._expire(now, by_loop)
+            if timed:
+                self._ended(timed)
         for waiter in threads:
             waiter.deliver(waiter.record)
         for loop, (futures, expired) in by_loop.items():

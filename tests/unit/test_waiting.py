@@ -288,6 +288,26 @@ def test_cancelled_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPat
         waiters.close()
 
 
+def test_delivered_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short waits with long timeouts do not keep their futures (and results) in the
+    deadline heap for those timeouts once delivered."""
+    monkeypatch.setattr(waiting, "COMPACT_AFTER", 4)
+    store = Store()
+    store.done.update(range(10))
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(10)]
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+
+    try:
+        assert asyncio.run(main()) == [i * 10 for i in range(10)]
+        assert len(waiters._deadlines) <= 4  # compacted at least once; at most 4 since
+    finally:
+        waiters.close()
+
+
 def test_an_outcome_read_for_a_future_cancelled_meanwhile_is_dropped() -> None:
     """The waiting thread read the task and handed its future to the loop; the future is
     cancelled before the loop settles it: it stays cancelled, and nothing is raised."""
