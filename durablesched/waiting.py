@@ -170,7 +170,9 @@ class Waiters:
     """The tasks this scheduler's handles wait on, and the one thread that watches them.
 
     Started by the first wait, and stopped by :meth:`close` (the scheduler's).
-    ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`.
+    ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`;
+    ``cpu_clock`` (this thread's CPU seconds) measures what a read cost, to spread
+    the next batch (:meth:`_nudge_when`).
     """
 
     def __init__(
