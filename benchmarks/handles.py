@@ -10,8 +10,10 @@
   ``aresult`` to the last result: ``cores`` is this process's CPU time (every
   thread: the event loop, the waiting thread, the watcher) over that wall time, the
   drain's (the worker's CPU, in its own process, is not counted). The run also
-  awaits N bare asyncio futures, resolved from a thread in batches of 50, in
-  ``asyncio_cpu_s``: what any asyncio code pays to gather N awaitables, ours or not.
+  gathers N bare asyncio futures, resolved from a thread in batches of 50, in
+  ``asyncio_cpu_s``: what any asyncio code pays to gather N futures (``aresult``
+  hands out a future), and the same with a coroutine (so a Task) around each in
+  ``asyncio_tasks_cpu_s``: what gathering N coroutine functions' calls costs.
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05.
 
@@ -114,6 +116,7 @@ def many(db: str, tasks: int) -> dict[str, float]:
         store.close()
     assert results == list(range(tasks)), "a result is missing or wrong"
     floor = asyncio.run(bare_futures(tasks))
+    tasks_floor = asyncio.run(bare_futures(tasks, wrapped=True))
     return {
         "wall_s": wall,
         "cpu_s": cpu,
@@ -121,12 +124,14 @@ def many(db: str, tasks: int) -> dict[str, float]:
         "reads": reads,
         "cpu_us_per_result": cpu / tasks * 1e6,
         "asyncio_cpu_s": floor,
+        "asyncio_tasks_cpu_s": tasks_floor,
     }
 
 
-async def bare_futures(count: int, batch: int = 50) -> float:
+async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) -> float:
     """CPU seconds to gather ``count`` bare futures resolved from a thread, ``batch`` at
-    a time: asyncio's own share of awaiting that many results."""
+    a time: asyncio's own share of awaiting that many results (``wrapped``: each
+    awaited by a coroutine of its own, which gather runs as a Task)."""
     loop = asyncio.get_running_loop()
     futures = [loop.create_future() for _ in range(count)]
 
@@ -144,7 +149,7 @@ async def bare_futures(count: int, batch: int = 50) -> float:
 
     cpu = time.process_time()
     thread = threading.Thread(target=resolve)
-    gathered = asyncio.gather(*(one(f) for f in futures))
+    gathered = asyncio.gather(*(one(f) for f in futures) if wrapped else futures)
     thread.start()
     await gathered
     thread.join()

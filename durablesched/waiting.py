@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
@@ -47,8 +47,16 @@ RETRY_AFTER = 0.1
 #: Seconds the watcher gathers what finishes after a read that delivered results while
 #: other handles still wait: the most a result streaming in waits for its batch.
 BATCH = 0.02
-#: Futures with a deadline cancelled before the heap of deadlines is compacted (when
-#: they are also half of it at least).
+#: The share of a core that the reads of a stream of results may take: a batch lasts
+#: :data:`BATCH`, or longer when the read (and hand-over) that began it cost more
+#: than this share of that time (a slow database, a loaded machine), up to
+#: :data:`MAX_BATCH`. So a stream costs the waiting thread about this share, however
+#: long its reads take, and a result waits for its batch at most ``MAX_BATCH``.
+READ_SHARE = 0.015
+#: The longest a batch lasts (seconds), however costly the reads.
+MAX_BATCH = 0.1
+#: Futures with a deadline that stopped waiting (delivered, cancelled) before the heap
+#: of deadlines is compacted (when they are also half of it at least).
 COMPACT_AFTER = 64
 
 
@@ -162,13 +170,24 @@ class Waiters:
     """The tasks this scheduler's handles wait on, and the one thread that watches them.
 
     Started by the first wait, and stopped by :meth:`close` (the scheduler's).
-    ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`.
+    ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`;
+    ``cpu_clock`` (this thread's CPU seconds) measures what a read cost, to spread
+    the next batch (:meth:`_nudge_when`).
     """
 
-    def __init__(self, store: Store, *, fallback: float = FALLBACK, batch: float = BATCH) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        fallback: float = FALLBACK,
+        batch: float = BATCH,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self._store = store
         self._fallback = fallback
         self._batch = batch
+        #: This thread's CPU seconds: what a read cost, for the next batch's length.
+        self._cpu_clock = cpu_clock
         self._lock = threading.Lock()
         self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
@@ -177,8 +196,8 @@ class Waiters:
         self._heard: set[int] | None = set()
         #: Futures' deadlines (monotonic seconds), earliest first.
         self._deadlines: list[tuple[float, int, WaitingFuture]] = []
-        #: Futures with a deadline given up (cancelled) since the last compaction.
-        self._given_up = 0
+        #: Futures with a deadline that stopped waiting since the heap was compacted.
+        self._ended_since = 0
         self._order = itertools.count()
         #: When the watcher's batch ends (monotonic seconds); None: it is not gathering.
         self._batch_ends: float | None = None
@@ -234,8 +253,7 @@ class Waiters:
 
     def discard(self, task_id: int, waiter: AnyWaiter) -> None:
         """Stop waiting (a thread's timeout, a cancelled future); nothing if it was
-        delivered meanwhile. A future's deadline, if any, stays in the heap until it
-        passes (or a compaction drops it: :meth:`_compact`)."""
+        delivered meanwhile."""
         with self._lock:
             waiters = self._waiting.get(task_id)
             if waiters is not None and waiter in waiters:
@@ -243,17 +261,22 @@ class Waiters:
                 if not waiters:
                     del self._waiting[task_id]
             if isinstance(waiter, WaitingFuture) and waiter.timeout is not None:
-                self._given_up += 1
-                if self._given_up > COMPACT_AFTER and self._given_up * 2 > len(self._deadlines):
-                    self._compact()
+                self._ended(1)
 
-    def _compact(self) -> None:
-        """Under the lock: drop the deadlines of futures no longer waiting (cancelled),
-        so that waits given up by the thousand do not keep their futures until their
-        deadlines pass."""
-        self._deadlines = [d for d in self._deadlines if not d[2].done()]
-        heapq.heapify(self._deadlines)
-        self._given_up = 0
+    def _ended(self, count: int) -> None:
+        """Under the lock: ``count`` futures with a deadline stopped waiting (delivered
+        or cancelled). Their deadlines stay in the heap, skipped when they pass, until
+        they are as many as those still waiting (and more than :data:`COMPACT_AFTER`):
+        then the heap keeps only the waits still waiting, so that short waits with
+        long timeouts do not keep their futures (and results) for those timeouts."""
+        self._ended_since += count
+        if self._ended_since > COMPACT_AFTER and self._ended_since * 2 > len(self._deadlines):
+            waiting = self._waiting
+            self._deadlines = [
+                entry for entry in self._deadlines if entry[2] in waiting.get(entry[2].task_id, ())
+            ]
+            heapq.heapify(self._deadlines)
+            self._ended_since = 0
 
     @property
     def waiting(self) -> int:
@@ -306,7 +329,7 @@ class Waiters:
                 self._heard = set()
             if fallback:
                 next_fallback = now + self._fallback
-            delivered = 0
+            delivered, cpu = 0, self._cpu_clock()
             if wanted:
                 try:
                     found = self._store.finished(wanted)
@@ -324,16 +347,22 @@ class Waiters:
                 delivered = self._deliver(found)
             else:
                 self._deliver({})  # deadlines only
-            self._nudge_when(delivered)
+            self._nudge_when(delivered, self._cpu_clock() - cpu)
 
-    def _nudge_when(self, delivered: int) -> None:
-        """End the watcher's batch now, or :data:`BATCH` seconds after a read that
-        delivered results while others still wait (a stream: let more gather)."""
+    def _nudge_when(self, delivered: int, spent: float) -> None:
+        """End the watcher's batch now, or after a read that delivered results while
+        others still wait (a stream: let more gather), :data:`BATCH` seconds later, or
+        as long as makes the read's ``spent`` CPU seconds :data:`READ_SHARE` of it
+        (at most :data:`MAX_BATCH`)."""
         now = time.monotonic()
         with self._lock:
             ends = self._batch_ends
             if ends is None and delivered and self._waiting:
-                self._batch_ends = now + self._batch
+                if self._batch > 0:
+                    spread = max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
+                else:
+                    spread = 0.0
+                self._batch_ends = now + spread
                 return
             if ends is not None and now < ends:
                 return  # gathering: the thread wakes at its end
@@ -349,7 +378,7 @@ class Waiters:
         threads: list[Waiter] = []
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]]
         by_loop = {}
-        delivered = 0
+        delivered = timed = 0
         with self._lock:
             waiting = self._waiting
             for task_id, record in found.items():
@@ -367,8 +396,12 @@ class Waiters:
                         if batch is None:
                             by_loop[loop] = batch = ([], [])
                         batch[0].append(waiter)
+                        if waiter.timeout is not None:
+                            timed += 1
             if self._deadlines and self._deadlines[0][0] <= now:
                 self._expire(now, by_loop)
+            if timed:
+                self._ended(timed)
         for waiter in threads:
             waiter.deliver(waiter.record)
         for loop, (futures, expired) in by_loop.items():

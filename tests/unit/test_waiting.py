@@ -9,6 +9,7 @@ Against a store and a watcher made here, driven by the test: no database, no sle
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Collection
@@ -140,6 +141,45 @@ def test_the_batch_holds_back_the_nudge() -> None:
         waiters.close()
 
 
+@pytest.mark.parametrize(
+    "read_cpu",
+    [
+        0.0,  # cheap reads: the batch asked for (50 ms)
+        0.0015,  # 1.5 ms a read is READ_SHARE (1.5 %) of 100 ms
+        1.0,  # however costly: MAX_BATCH (200 ms here)
+    ],
+)
+def test_a_costly_read_spreads_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch, read_cpu: float
+) -> None:
+    """A batch lasts as long as makes the read that began it READ_SHARE of a core,
+    never less than the batch asked for, never more than MAX_BATCH."""
+    monkeypatch.setattr(waiting, "MAX_BATCH", 0.2)
+    monkeypatch.setattr(waiting, "READ_SHARE", 0.015)
+    calls = itertools.count()
+
+    def clock() -> float:  # read before and after each read: each read costs read_cpu
+        return (next(calls) + 1) // 2 * read_cpu
+
+    store = Store()
+    waiters = Waiters(store, batch=0.05, fallback=60, cpu_clock=clock)  # type: ignore[arg-type]
+    first, second = Waiter(), Waiter()
+    try:
+        waiters.add(1, first)
+        waiters.add(2, second)
+        settled(store, {1, 2})
+        store.done.add(1)
+        store.watcher.report({1})
+        delivered(first)
+        began = time.monotonic()
+        assert store.watcher.nudged.wait(WAIT)
+        gap = store.watcher.nudges[0] - began
+    finally:
+        waiters.close()
+    expected = min(max(0.05, read_cpu / 0.015), 0.2)
+    assert expected - 0.02 <= gap < expected + 0.1, (gap, expected)
+
+
 def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
     """A task the watcher never names is read at the fallback even while the watcher
     keeps naming others (a NOTIFY lost under a stream of them)."""
@@ -244,6 +284,26 @@ def test_cancelled_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPat
 
     try:
         assert asyncio.run(main()) < 5
+    finally:
+        waiters.close()
+
+
+def test_delivered_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short waits with long timeouts do not keep their futures (and results) in the
+    deadline heap for those timeouts once delivered."""
+    monkeypatch.setattr(waiting, "COMPACT_AFTER", 4)
+    store = Store()
+    store.done.update(range(10))
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(10)]
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+
+    try:
+        assert asyncio.run(main()) == [i * 10 for i in range(10)]
+        assert len(waiters._deadlines) <= 4  # compacted at least once; at most 4 since
     finally:
         waiters.close()
 
