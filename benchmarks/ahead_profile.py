@@ -218,6 +218,7 @@ def one_run(
     *,
     counters: Counters | None = None,
     profiles: list[cProfile.Profile] | None = None,
+    commit_delay: float = 0.002,
 ) -> float:
     """Seconds one burst worker of 1 slot takes over ``n`` tasks (exec not counted)."""
     store = SQLiteStore(fresh(path), durability="full")
@@ -238,7 +239,7 @@ def one_run(
     sys.setswitchinterval(min(previous, SWITCH_INTERVAL))
     try:
         with instrumented(counters, profiles):
-            worker = Worker(scheduler, concurrency=1, ahead=ahead)
+            worker = Worker(scheduler, concurrency=1, ahead=ahead, commit_delay=commit_delay)
             profile = None
             if profiles is not None:
                 profile = cProfile.Profile()
@@ -315,9 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="cProfile rows per side")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     parser.add_argument("--aheads", default="0,8", help="the sides' ahead values (0,8)")
+    parser.add_argument(
+        "--commit-delay", type=float, default=0.002, help="the worker's commit_delay (0.002)"
+    )
+    parser.add_argument("--no-counted", action="store_true", help="the uncounted rates only")
+    parser.add_argument(
+        "--loops", type=int, help="the CPU-bound work's length (default: calibrated to ~1 ms)"
+    )
     args = parser.parse_args(argv)
     n = 50 if args.smoke else args.tasks
-    loops = 0 if args.noop else calibrate()
+    loops = 0 if args.noop else args.loops or calibrate()
     aheads = [int(a) for a in args.aheads.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="durablesched-ahead-profile-"))
     alone = plain(n, loops) if loops else 0.0
@@ -326,13 +334,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plain loop: {alone * 1e6 / n:,.1f} us per call, {n / alone:,.0f}/s")
     plain_rate = n / alone if alone else None
     for ahead in aheads:  # without counters first: the undistorted figure
-        elapsed = one_run(tmp / "bare.db", n, loops, ahead)
+        elapsed = one_run(tmp / "bare.db", n, loops, ahead, commit_delay=args.commit_delay)
         ratio = f", {n / elapsed / plain_rate:.2f}x the plain loop" if plain_rate else ""
         print(f"ahead={ahead} uncounted: {n / elapsed:,.0f} tasks/s{ratio}")
+    if args.no_counted:
+        return 0
     sides: dict[str, tuple[Counters, float]] = {}
     for ahead in aheads:
         counters = Counters()
-        elapsed = one_run(tmp / "counted.db", n, loops, ahead, counters=counters)
+        elapsed = one_run(
+            tmp / "counted.db", n, loops, ahead, counters=counters, commit_delay=args.commit_delay
+        )
         sides[f"ahead={ahead}"] = (counters, elapsed)
         print(f"ahead={ahead} counted: {n / elapsed:,.0f} tasks/s")
     print()
@@ -344,7 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile:
         for ahead in aheads:
             profiles: list[cProfile.Profile] = []
-            one_run(tmp / "profiled.db", n, loops, ahead, profiles=profiles)
+            one_run(
+                tmp / "profiled.db",
+                n,
+                loops,
+                ahead,
+                profiles=profiles,
+                commit_delay=args.commit_delay,
+            )
             stats = pstats.Stats(profiles[0], stream=io.StringIO())
             for profile in profiles[1:]:
                 stats.add(profile)
