@@ -85,26 +85,84 @@ DRIVER = "driver: sqlite3 execute"
 RESIDUAL = "waiting (residual)"
 
 
-class Counters:
-    """Per thread role and phase: calls, wall ns, CPU ns (each phase's own time)."""
+class _Thread:
+    """One thread's counters (no lock: only that thread writes them)."""
+
+    __slots__ = ("calls", "cpu", "role", "stack", "wall")
 
     def __init__(self) -> None:
-        self.wall: dict[tuple[str, str], int] = defaultdict(int)
-        self.cpu: dict[tuple[str, str], int] = defaultdict(int)
-        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self.role = role()
+        #: [wall start, cpu start, wall of nested phases, cpu of nested phases]
+        self.stack: list[list[int]] = []
+        self.wall: dict[str, int] = defaultdict(int)
+        self.cpu: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, int] = defaultdict(int)
+
+
+class Counters:
+    """Per thread role and phase: calls, wall ns, CPU ns (each phase's own time).
+
+    Each thread counts in its own dicts, summed when read. A phase costs about two
+    clock reads and two reads of the thread's CPU clock (a system call each): a few
+    microseconds, most of it counted in the phase that encloses it.
+    """
+
+    def __init__(self) -> None:
         self._local = threading.local()
+        self._threads: list[_Thread] = []
         self._lock = threading.Lock()
 
-    def _stack(self) -> list[list[int]]:
-        stack: list[list[int]] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
+    def _mine(self) -> _Thread:
+        mine: _Thread | None = getattr(self._local, "counts", None)
+        if mine is None:
+            mine = self._local.counts = _Thread()
+            with self._lock:
+                self._threads.append(mine)
+        return mine
+
+    def _sum(self, attr: str) -> dict[tuple[str, str], int]:
+        total: dict[tuple[str, str], int] = defaultdict(int)
+        for thread in self._threads:
+            for name, value in getattr(thread, attr).items():
+                total[thread.role, name] += value
+        return total
+
+    @property
+    def wall(self) -> dict[tuple[str, str], int]:
+        return self._sum("wall")
+
+    @property
+    def cpu(self) -> dict[tuple[str, str], int]:
+        return self._sum("cpu")
+
+    @property
+    def calls(self) -> dict[tuple[str, str], int]:
+        return self._sum("calls")
+
+    def call(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, its time counted as phase ``name``."""
+        mine = self._mine()
+        stack = mine.stack
+        frame = [time.perf_counter_ns(), time.thread_time_ns(), 0, 0]
+        stack.append(frame)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            wall = time.perf_counter_ns() - frame[0]
+            cpu = time.thread_time_ns() - frame[1]
+            stack.pop()
+            if stack:
+                stack[-1][2] += wall
+                stack[-1][3] += cpu
+            mine.wall[name] += wall - frame[2]
+            mine.cpu[name] += cpu - frame[3]
+            mine.calls[name] += 1
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        stack = self._stack()
-        # [wall start, cpu start, wall of nested phases, cpu of nested phases]
+        """The body counted as phase ``name`` (as :meth:`call` counts a call)."""
+        mine = self._mine()
+        stack = mine.stack
         frame = [time.perf_counter_ns(), time.thread_time_ns(), 0, 0]
         stack.append(frame)
         try:
@@ -116,17 +174,16 @@ class Counters:
             if stack:
                 stack[-1][2] += wall
                 stack[-1][3] += cpu
-            key = (role(), name)
-            with self._lock:
-                self.wall[key] += wall - frame[2]
-                self.cpu[key] += cpu - frame[3]
-                self.calls[key] += 1
+            mine.wall[name] += wall - frame[2]
+            mine.cpu[name] += cpu - frame[3]
+            mine.calls[name] += 1
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        call = self.call
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with self.phase(name):
-                return fn(*args, **kwargs)
+            return call(name, fn, *args, **kwargs)
 
         return timed
 
@@ -218,6 +275,7 @@ def one_run(
     *,
     counters: Counters | None = None,
     profiles: list[cProfile.Profile] | None = None,
+    commit_delay: float = 0.002,
 ) -> float:
     """Seconds one burst worker of 1 slot takes over ``n`` tasks (exec not counted)."""
     store = SQLiteStore(fresh(path), durability="full")
@@ -238,7 +296,7 @@ def one_run(
     sys.setswitchinterval(min(previous, SWITCH_INTERVAL))
     try:
         with instrumented(counters, profiles):
-            worker = Worker(scheduler, concurrency=1, ahead=ahead)
+            worker = Worker(scheduler, concurrency=1, ahead=ahead, commit_delay=commit_delay)
             profile = None
             if profiles is not None:
                 profile = cProfile.Profile()
@@ -258,6 +316,15 @@ def one_run(
         sys.setswitchinterval(previous)
         store.close()
     return elapsed
+
+
+def phase_cost(calls: int = 20_000) -> float:
+    """Microseconds one counted call of nothing takes: the counters' own cost."""
+    nothing = Counters().wrap("nothing", lambda: None)
+    started = time.perf_counter()
+    for _ in range(calls):
+        nothing()
+    return (time.perf_counter() - started) * 1e6 / calls
 
 
 def plain(n: int, loops: int) -> float:
@@ -315,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="cProfile rows per side")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     parser.add_argument("--aheads", default="0,8", help="the sides' ahead values (0,8)")
+    parser.add_argument(
+        "--commit-delay", type=float, default=0.002, help="the worker's commit_delay (0.002)"
+    )
+    parser.add_argument("--no-counted", action="store_true", help="the uncounted rates only")
+    parser.add_argument(
+        "--loops", type=int, help="the CPU-bound work's length (default: calibrated to ~1 ms)"
+    )
     args = parser.parse_args(argv)
     n = 50 if args.smoke else args.tasks
-    loops = 0 if args.noop else calibrate()
+    loops = 0 if args.noop else args.loops or calibrate()
     aheads = [int(a) for a in args.aheads.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="durablesched-ahead-profile-"))
     alone = plain(n, loops) if loops else 0.0
@@ -326,13 +400,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plain loop: {alone * 1e6 / n:,.1f} us per call, {n / alone:,.0f}/s")
     plain_rate = n / alone if alone else None
     for ahead in aheads:  # without counters first: the undistorted figure
-        elapsed = one_run(tmp / "bare.db", n, loops, ahead)
+        elapsed = one_run(tmp / "bare.db", n, loops, ahead, commit_delay=args.commit_delay)
         ratio = f", {n / elapsed / plain_rate:.2f}x the plain loop" if plain_rate else ""
         print(f"ahead={ahead} uncounted: {n / elapsed:,.0f} tasks/s{ratio}")
+    if args.no_counted:
+        return 0
+    print(f"each counted phase costs ~{phase_cost():.1f} us (mostly in the phase around it)")
     sides: dict[str, tuple[Counters, float]] = {}
     for ahead in aheads:
         counters = Counters()
-        elapsed = one_run(tmp / "counted.db", n, loops, ahead, counters=counters)
+        elapsed = one_run(
+            tmp / "counted.db", n, loops, ahead, counters=counters, commit_delay=args.commit_delay
+        )
         sides[f"ahead={ahead}"] = (counters, elapsed)
         print(f"ahead={ahead} counted: {n / elapsed:,.0f} tasks/s")
     print()
@@ -344,7 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile:
         for ahead in aheads:
             profiles: list[cProfile.Profile] = []
-            one_run(tmp / "profiled.db", n, loops, ahead, profiles=profiles)
+            one_run(
+                tmp / "profiled.db",
+                n,
+                loops,
+                ahead,
+                profiles=profiles,
+                commit_delay=args.commit_delay,
+            )
             stats = pstats.Stats(profiles[0], stream=io.StringIO())
             for profile in profiles[1:]:
                 stats.add(profile)
