@@ -145,6 +145,18 @@ class QueueLimits:
         return self.concurrency_per_key is not None or self.rate_per_key is not None
 
     @property
+    def per_key_concurrency_only(self) -> bool:
+        """True if a concurrency per key is all that limits this queue (a claim then has
+        nothing of the queue's to count before it picks its tasks)."""
+        return (
+            self.concurrency_per_key is not None
+            and self.rate_per_key is None
+            and self.concurrency is None
+            and self.rate is None
+            and not self.paused
+        )
+
+    @property
     def key_cap(self) -> int | None:
         """How many of one key may run at once where the queue limits keys (a rate alone:
         no number), None where it does not (the triggers' ``cap``)."""

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Connection, text
 
 from durablesched import QueueLimits, Rate, TaskState
-from durablesched.records import Claim, NewTask, Outcome
+from durablesched.records import Claim, ErrorInfo, NewTask, Outcome
 from durablesched.schedules import firing, sync
 from durablesched.schedules.declaration import schedule
 from durablesched.store.sql import claiming, scheduling
@@ -356,6 +356,184 @@ def test_two_hosts_claiming_one_key_at_once_start_one(
     running = [t for t in a.list_tasks(state=TaskState.RUNNING) if t.limit_key == "k"]
     assert len(running) == 1, f"{len(running)} of key k running, its limit is 1"
     assert len(claims) == 2  # k's head, and other's
+
+
+def test_an_outcome_of_a_key_while_a_claim_takes_its_head_waits_for_the_claim(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim statement counts its start on the key's row, its queue's row taken in the
+    statement itself (migration 0018). An outcome of the key that did not wait for it
+    would count the key's RUNNING tasks without the claimed one (not committed) and make
+    the key's next task its head: one more of the key would run than its limit."""
+    a, b = stores
+    a.put_queue(QueueLimits("q", concurrency_per_key=2), T0)
+    ids = [s.task_id for s in a.submit(keyed(4), T0)]
+    (first,) = a.claim("a", 1, at(10), LEASE)
+    gate = Gate()
+    claim_rows = claiming.claim_rows
+
+    def claimed_then_held(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = claim_rows(*args, **kwargs)
+        gate()  # the claim took the key's head, its transaction still open
+        return rows
+
+    monkeypatch.setattr(claiming, "claim_rows", claimed_then_held)
+    second = Run(lambda: a.claim("a", 1, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    done = Run(
+        lambda: b.record_and_claim([Outcome(first)], at(11), owner="a", limit=0, lease=LEASE)
+    )
+    finished_early = finishes_or_blocks(done, watcher)
+    gate.released.set()
+    assert [c.task_id for c in second.answer()] == [ids[1]]
+    done.answer()
+    assert not finished_early, "the outcome did not wait for the claim's key"
+    # One of the key runs: one more may start, then none.
+    assert [c.task_id for c in b.claim("b", 5, at(12), LEASE)] == [ids[2]]
+    assert b.claim("b", 5, at(13), LEASE) == []
+
+
+def running_of(store: PostgresStore, key: str) -> int | None:
+    """The count of RUNNING tasks that key ``key`` of queue q's row holds (None: no row)."""
+    with store.engine.connect() as conn:
+        sql = "SELECT running FROM durablesched_limit_keys WHERE queue = 'q' AND limit_key = :k"
+        return conn.execute(text(sql), {"k": key}).scalar()
+
+
+def held_before_commit(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> Gate:
+    """A gate that holds ``store``'s change of a queue's limits done, not yet committed."""
+    gate = Gate()
+    wake = store._wake_others
+
+    def held(conn: Connection) -> None:
+        gate()
+        wake(conn)
+
+    monkeypatch.setattr(store, "_wake_others", held)
+    return gate
+
+
+def test_a_key_submitted_to_while_its_queue_gets_a_limit_per_key_keeps_the_limit(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The change of limits chooses each key's head from what has committed; a submit of
+    the key under way saw no limit per key and would leave its task claimable beside the
+    head (two of the key running). Its bookkeeping takes the queue's row, shared, so it
+    waits for the change and then sees it (migration 0018)."""
+    a, b = stores
+    (first,) = [s.task_id for s in a.submit(keyed(1), T0)]
+    gate = held_before_commit(a, monkeypatch)
+    setting = Run(lambda: a.put_queue(QueueLimits("q", concurrency_per_key=1), at(5)))
+    assert gate.reached.wait(WAIT)
+    submitted = Run(lambda: b.submit(keyed(1), at(6)))
+    finished_early = finishes_or_blocks(submitted, watcher)
+    gate.released.set()
+    setting.answer()
+    submitted.answer()
+    assert not finished_early, "the submit did not wait for the change of limits"
+    assert [c.task_id for c in b.claim("b", 5, at(10), LEASE)] == [first]
+    assert running_of(b, "k") == 1
+
+
+def test_an_outcome_of_a_key_while_its_queue_gets_a_limit_per_key_is_counted(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The change of limits counts a key's RUNNING tasks from what has committed; a failed
+    attempt of the key recorded meanwhile saw no limit per key: its retry stayed claimable
+    and the key's count one too many after the next claim, until the key's next change.
+    The change of limits takes the key's live tasks first: the outcome commits before it
+    counts, or waits for it (migration 0018)."""
+    a, b = stores
+    _later, soon = [
+        s.task_id
+        for s in a.submit(
+            [*keyed(1), NewTask("t", {}, at(1), 3, None, queue="q", limit_key="k")], T0
+        )
+    ]
+    (claim,) = a.claim("a", 5, at(2), LEASE)
+    assert claim.task_id == soon
+    gate = held_before_commit(a, monkeypatch)
+    setting = Run(lambda: a.put_queue(QueueLimits("q", concurrency_per_key=1), at(5)))
+    assert gate.reached.wait(WAIT)
+    failed = Run(
+        lambda: b.record_and_claim(
+            [Outcome(claim, error=ErrorInfo("E", "boom", ""), retry_at=at(6))],
+            at(6),
+            owner="a",
+            limit=0,
+            lease=LEASE,
+        )
+    )
+    finished_early = finishes_or_blocks(failed, watcher)
+    gate.released.set()
+    setting.answer()
+    failed.answer()
+    assert not finished_early, "the outcome did not wait for the change of limits"
+    assert len(b.claim("b", 5, at(20), LEASE)) == 1  # one of key k at a time
+    assert running_of(b, "k") == 1
+
+
+def test_a_claim_under_way_when_its_queue_gets_a_limit_per_key_is_counted_without_deadlock(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim read the queue as not limited per key and took a task of key k; its
+    bookkeeping (after the statement) waits for a change of limits holding the queue's
+    row. Had that change taken the queue's row before the claimed task's, each would
+    wait for the other (PostgreSQL ends one with a deadlock error): it takes the keyed
+    tasks first, waits for the claim, and counts its task."""
+    a, b = stores
+    first, _ = [s.task_id for s in a.submit(keyed(2), T0)]
+    gate = Gate()
+    sync_keys = claiming._sync_keys
+
+    def claimed_then_held(*args: Any, **kwargs: Any) -> None:
+        gate()  # the task is RUNNING in the claim's open transaction, its key not synced
+        sync_keys(*args, **kwargs)
+
+    monkeypatch.setattr(claiming, "_sync_keys", claimed_then_held)
+    claimed = Run(lambda: a.claim("a", 1, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    setting = Run(lambda: b.put_queue(QueueLimits("q", concurrency_per_key=1), at(11)))
+    assert not finishes_or_blocks(setting, watcher), "the change of limits did not wait"
+    gate.released.set()
+    assert [c.task_id for c in claimed.answer()] == [first]
+    setting.answer()
+    assert b.claim("b", 5, at(12), LEASE) == []  # k is at its limit
+    assert running_of(b, "k") == 1
+
+
+def test_a_claim_that_read_the_limits_before_they_changed_counts_its_start(
+    stores: tuple[PostgresStore, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim read the queue as not limited per key; the limit was set and committed
+    before its statement ran, which took the key's new head without counting it (no
+    trigger counts a claim since migration 0018). Its key is brought up to date after
+    the statement, from the limits as they are then."""
+    a, b = stores
+    first, _ = [s.task_id for s in a.submit(keyed(2), T0)]
+    gate = Gate()
+    allowances = claiming._allowances
+
+    def read_then_held(*args: Any, **kwargs: Any) -> dict[str, int]:
+        gate()  # the claim has read the limits: none per key
+        return allowances(*args, **kwargs)
+
+    monkeypatch.setattr(claiming, "_allowances", read_then_held)
+    claimed = Run(lambda: a.claim("a", 5, at(10), LEASE))
+    assert gate.reached.wait(WAIT)
+    b.put_queue(QueueLimits("q", concurrency_per_key=1), at(9))
+    gate.released.set()
+    assert [c.task_id for c in claimed.answer()] == [first]
+    assert running_of(b, "k") == 1
+    assert b.claim("b", 5, at(12), LEASE) == []
 
 
 def test_a_debounced_submit_while_its_task_is_claimed_makes_a_new_task(

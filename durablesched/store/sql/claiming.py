@@ -78,6 +78,7 @@ def claim_rows(
     if not arms:
         return []
     key_rated = _unblock_keys(tx, conn, stored, [q for q, _ in arms], stamp)
+    keyed = _counted_per_key(tx, stored, [q for q, _ in arms])
     params: dict[str, Any] = {
         "owner": owner,
         "lease_expires_at": tx._t(now + lease),
@@ -90,15 +91,18 @@ def claim_rows(
         params[f"l{k}"] = n
     ordered = sorted(names) if names is not None else []
     params.update((f"n{i}", name) for i, name in enumerate(ordered))
+    if keyed:
+        params["keyed"] = keyed
     # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue,
-    # priority, created_at
-    statement = tx.dialect.claim_for(len(arms), len(ordered))
+    # priority, created_at, limit_key (and, from the claim of ``keyed``: sync its key?)
+    statement = tx.dialect.claim_for(len(arms), len(ordered), keyed=bool(keyed))
     if key_rated:
         rows = _claim_within_key_rates(tx, conn, statement, params, key_rated=key_rated, now=now)
     else:
         rows = tx._rows(conn, statement, params)
     if not rows:
         return []
+    _sync_keys(tx, conn, rows, set(keyed))
     in_process = [r[0] for r in rows if r[2] in process_names]
     if in_process:
         conn.execute(SQL_IN_PROCESS, {"ids": in_process})
@@ -114,6 +118,31 @@ def claim_rows(
             [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
+
+
+def _counted_per_key(
+    tx: Transactions, stored: dict[str, QueueLimits], queues: list[str]
+) -> list[str]:
+    """Of ``queues``, those limited per key whose starts the claim statement counts on
+    their keys' rows (``SQLDialect.claim_keyed``); none where the triggers do."""
+    if tx.dialect.claim_keyed is None:
+        return []
+    return [q for q in queues if q in stored and stored[q].keyed]
+
+
+def _sync_keys(tx: Transactions, conn: Connection, rows: list[Any], keyed: set[str]) -> None:
+    """Where the claim statement counts starts per key (PostgreSQL: no trigger fires for a
+    claim, migration 0018), bring up to date in the claim's transaction each key it could
+    not settle: one with room for a next head or without a row (as the statement said),
+    and each key of a queue the claim did not take as limited per key (its limits may
+    have changed since they were read; the sync reads them under the queue's lock)."""
+    if tx.dialect.sync_keys is None:
+        return
+    keys = sorted({_key_of(r) for r in rows if r[12] is not None and (r[9] not in keyed or r[13])})
+    if keys:
+        conn.execute(
+            tx.dialect.sync_keys, {"queues": [q for q, _ in keys], "keys": [k for _, k in keys]}
+        )
 
 
 def _key_of(row: Any) -> tuple[str, str]:
@@ -329,7 +358,13 @@ def _allowances(
     limited = sorted(q for q in wanted if q in stored and stored[q].limited and wanted[q] > 0)
     if not limited:
         return wanted
-    if tx.dialect.lock_queues is not None:
+    # Queues limited by a concurrency per key alone have nothing to count here: where the
+    # claim statement takes their rows itself (``SQLDialect.claim_keyed``), it does. Any
+    # other among them: all taken here, in name order (the order every claim keeps).
+    counted_apart = tx.dialect.claim_keyed is not None and all(
+        stored[q].per_key_concurrency_only for q in limited
+    )
+    if tx.dialect.lock_queues is not None and not counted_apart:
         conn.execute(tx.dialect.lock_queues, {"names": limited})
     allowed = dict(wanted)
     for queue in limited:

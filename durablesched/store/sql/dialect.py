@@ -94,9 +94,23 @@ class SQLDialect:
     #: Run first when receiving moved tasks from database ``:source``: receivers of the
     #: same source take turns (its copies table rows), no one else waits.
     lock_receiving: TextClause | None = None
+    #: :data:`claim` that also counts the starts of the queues limited per key in
+    #: ``:keyed`` (an array of names), whose rows it takes first, on their keys' rows,
+    #: and returns one more column per task: whether its key is to be brought up to date
+    #: by :data:`sync_keys` after it. None: the database's triggers count a claim's
+    #: starts (SQLite).
+    claim_keyed: Callable[[int, int], str] | None = None
+    #: Brings keys (``:queues``, ``:keys``, two lists in order) up to date in a claim's
+    #: transaction, as the triggers do after any other change of a keyed task.
+    sync_keys: TextClause | None = None
     #: Run in a claim before counting what limited queues (``:names``) run: many
     #: hosts claim at once on PostgreSQL; SQLite has one writer anyway.
     lock_queues: TextClause | None = None
+    #: Run first in a change of a queue's limit per key (``:name``), before its row is
+    #: taken: takes the queue's live tasks with a limit key, so that every change of them
+    #: under way has committed (and is seen) when their keys' heads are chosen afresh.
+    #: None: one writer at a time (SQLite).
+    lock_keyed_tasks: TextClause | None = None
     #: Run first in a transaction that records outcomes (and starts, signals): takes the
     #: rows of every task it writes (``:ids``) and of the parents of those that may end
     #: (``:children``: a child's end wakes its parent), all in id order, so that no two
@@ -126,16 +140,18 @@ class SQLDialect:
     #: (none open, or a failed one), or None if it can (:mod:`.borrowed`).
     borrowed_problem: Callable[[Any], str | None] | None = None
 
-    def claim_for(self, arms: int, names: int) -> str:
-        """The claim as the driver takes it (cached: queues and names rarely change)."""
-        key = (self.name, arms, names)
+    def claim_for(self, arms: int, names: int, keyed: bool = False) -> str:
+        """The claim as the driver takes it (cached: queues and names rarely change);
+        ``keyed``: :data:`claim_keyed`."""
+        key = (self.name, arms, names, keyed)
         cached = _CLAIMS.get(key)
         if cached is None:
-            cached = _CLAIMS[key] = self.driver(self.claim(arms, names))
+            make = self.claim_keyed if keyed and self.claim_keyed is not None else self.claim
+            cached = _CLAIMS[key] = self.driver(make(arms, names))
         return cached
 
 
-_CLAIMS: dict[tuple[str, int, int], str] = {}
+_CLAIMS: dict[tuple[str, int, int, bool], str] = {}
 
 
 def names_in(names: int) -> str:

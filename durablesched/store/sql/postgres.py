@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine,
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
+from durablesched.queues import KEY_CAP_UNLIMITED
 from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
@@ -61,8 +62,9 @@ log = logging.getLogger("durablesched.postgres")
 # -- the statements that are PostgreSQL's own ---------------------------------------------------
 
 
-def _claim(arms: int, names: int) -> str:
-    """The claim from ``arms`` queues, with its history lines."""
+def _claim(arms: int, names: int, keyed: bool = False) -> str:
+    """The claim from ``arms`` queues, with its history lines; ``keyed``: and the starts of
+    queues limited per key (``:keyed``) counted on their keys' rows."""
 
     # Each MATERIALIZED CTE fences its LIMIT: without it the planner may join the
     # subquery so that the UPDATE touches more rows than asked for. SKIP LOCKED
@@ -73,30 +75,75 @@ def _claim(arms: int, names: int) -> str:
         return (
             "SELECT id, priority, due_at, seq FROM tasks "
             f"WHERE queue = :q{k} AND key_waiting = 0 AND {CLAIMABLE_SQL} AND due_at <= :now "
-            f"{names_in(names)} "
+            f"{names_in(names)} {LOCKED_FIRST if keyed else ''}"
             f"ORDER BY priority DESC, due_at, seq LIMIT :l{k} FOR UPDATE SKIP LOCKED"
         )
 
+    ctes = [KEYED_QUEUES] if keyed else []
     if arms == 1:
-        ctes = f"picked AS MATERIALIZED ({arm(0)})"
+        ctes.append(f"picked AS MATERIALIZED ({arm(0)})")
     else:
         union = " UNION ALL ".join(f"SELECT * FROM a{k}" for k in range(arms))
-        ctes = ", ".join(f"a{k} AS MATERIALIZED ({arm(k)})" for k in range(arms)) + (
-            f", picked AS MATERIALIZED (SELECT id FROM ({union}) u "
+        ctes += [f"a{k} AS MATERIALIZED ({arm(k)})" for k in range(arms)]
+        ctes.append(
+            f"picked AS MATERIALIZED (SELECT id FROM ({union}) u "
             "ORDER BY priority DESC, due_at, seq LIMIT :limit)"
         )
-    return (
-        f"WITH {ctes}, "
+    ctes += [
         "claimed AS (UPDATE tasks SET state = 'RUNNING', attempts = attempts + 1, "
         "fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_expires_at, "
         "updated_at = :now, started_at = CAST(:started AS timestamptz), environment = NULL "
         "FROM picked WHERE tasks.id = picked.id "
-        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))}), "
+        f"RETURNING {', '.join('tasks.' + c for c in CLAIM_RETURNING.split(', '))})",
         "events AS (INSERT INTO task_events (task_id, at, state, attempt, detail) "
         "SELECT id, :now, 'RUNNING', attempts, "
-        "'claimed by ' || :owner || ' from queue ' || queue FROM claimed) "
-        f"SELECT {CLAIM_RETURNING} FROM claimed"
-    )
+        "'claimed by ' || :owner || ' from queue ' || queue FROM claimed)",
+    ]
+    if not keyed:
+        return f"WITH {', '.join(ctes)} SELECT {CLAIM_RETURNING} FROM claimed"
+    keys = ", ".join(ctes + KEY_STARTS)
+    return f"WITH {keys} SELECT {CLAIM_RETURNING}, {KEY_TO_SYNC} FROM claimed"
+
+
+#: The claim of queues limited per key (``:keyed``, names in order) takes their rows first,
+#: before any task's: the lock every change of a key's bookkeeping takes (migration 0013),
+#: taken here rather than in a statement of its own where nothing else needed it
+#: (``claiming._allowances``); a row taken already costs nothing. The latest committed
+#: version of each row is what a lock reads: ``cap`` is each queue's limit per key now.
+KEYED_QUEUES = (
+    "keyed_queues AS MATERIALIZED (SELECT name, COALESCE(concurrency_per_key, CASE WHEN "
+    f"rate_per_key_count IS NOT NULL THEN {KEY_CAP_UNLIMITED} END) AS cap "
+    "FROM durablesched_queues WHERE name = ANY(CAST(:keyed AS text[])) ORDER BY name FOR UPDATE)"
+)
+#: Each arm's first row is read once ``keyed_queues`` has locked (an initplan, run before the
+#: scan returns a row): the queues' rows are taken before any task's.
+LOCKED_FIRST = "AND (SELECT count(*) FROM keyed_queues) >= 0 "
+#: Each key that the claim took a task of, in a queue of ``:keyed``: one more RUNNING on
+#: its row and its head gone (migration 0018: in place of the UPDATE trigger, which
+#: does not fire for a claim), and whether it has room for a next head now.
+KEY_STARTS = [
+    "counted AS (SELECT queue, limit_key, count(*) AS n, array_agg(id) AS ids FROM claimed "
+    "WHERE limit_key IS NOT NULL AND queue = ANY(CAST(:keyed AS text[])) "
+    "GROUP BY queue, limit_key)",
+    "keys AS (UPDATE durablesched_limit_keys k SET running = k.running + c.n, "
+    "head_id = CASE WHEN k.head_id = ANY(c.ids) THEN NULL ELSE k.head_id END "
+    "FROM counted c WHERE k.queue = c.queue AND k.limit_key = c.limit_key "
+    "RETURNING k.queue, k.limit_key, k.head_id IS NULL AND k.blocked_until IS NULL "
+    "AND k.running < (SELECT cap FROM keyed_queues q WHERE q.name = k.queue) AS room)",
+]
+#: Per claimed task: whether its key needs ``durablesched_limit_key_sync`` after the
+#: statement: it has room for a next head, or no row (counted by the sync), or its queue
+#: was not one of ``:keyed`` (its limits may have changed since the claim read them).
+KEY_TO_SYNC = (
+    "limit_key IS NOT NULL AND coalesce((SELECT room FROM keys WHERE keys.queue = "
+    "claimed.queue AND keys.limit_key = claimed.limit_key), true) AS sync_key"
+)
+#: Brings keys (``:queues``, ``:keys``: two arrays, in order) up to date after a claim,
+#: in its transaction, as the triggers do after any other change (migration 0013).
+SYNC_KEYS = (
+    "SELECT count(durablesched_limit_key_sync(q, k, NULL)) FROM "
+    "unnest(CAST(:queues AS text[]), CAST(:keys AS text[])) AS u(q, k)"
+)
 
 
 def _next_due(names: bool, queues: bool) -> TextClause:
@@ -112,6 +159,19 @@ def _next_due(names: bool, queues: bool) -> TextClause:
 #: Claims of limited queues take their rows first, in name order (no deadlock):
 #: counting what runs and starting more is then one step among all hosts.
 LOCK_QUEUES = "SELECT name FROM durablesched_queues WHERE name IN :names ORDER BY name FOR UPDATE"
+#: A change of a queue's limit per key chooses every key's head afresh from what has
+#: committed. A change of a keyed task under way (an outcome, a claim) would be counted
+#: nowhere: its own bookkeeping saw the limits as they were, the new heads were chosen
+#: without it. Its row is taken here first, in id order (the order of every multi-row
+#: lock), before the queue's row: the change commits and is seen, and no later one can
+#: begin until this one commits. Tasks made or made live meanwhile (a submit, a retry of
+#: a failed task) are not among these rows: their bookkeeping takes the queue's row,
+#: shared, and waits (migration 0018). Taken before the queue's row, so that a change
+#: holding a task's row never waits for this one while this one waits for it.
+LOCK_KEYED_TASKS = (
+    "SELECT id FROM tasks WHERE queue = :name AND limit_key IS NOT NULL "
+    "AND state IN ('PENDING', 'RETRY_WAIT', 'RUNNING') ORDER BY id FOR UPDATE"
+)
 #: A transaction that records outcomes takes every row it writes first, in id order:
 #: the tasks' own (``:ids``) and their parents' (of ``:children``), which a child's end
 #: wakes (locks) after its own row. Locked later, a parent (a lower id) would be taken
@@ -301,6 +361,8 @@ def autocommit(connection: Any) -> None:
 POSTGRES = SQLDialect(
     name="postgresql",
     claim=_claim,
+    claim_keyed=functools.partial(_claim, keyed=True),
+    sync_keys=text(SYNC_KEYS),
     heartbeat=pyformat(HEARTBEAT),
     complete_many=pyformat(COMPLETE_MANY),
     next_due=functools.cache(_next_due),
@@ -322,6 +384,7 @@ POSTGRES = SQLDialect(
     driver=pyformat,
     autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
+    lock_keyed_tasks=text(LOCK_KEYED_TASKS),
     lock_tasks=text(LOCK_TASKS).bindparams(
         bindparam("ids", expanding=True), bindparam("children", expanding=True)
     ),

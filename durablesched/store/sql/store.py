@@ -662,6 +662,11 @@ class SQLStore(Transactions):
         }
         name = {"name": limits.name}
         with self._write(f"setting queue {limits.name!r}") as conn:
+            lock_keyed = self.dialect.lock_keyed_tasks
+            if lock_keyed is not None and conn.execute(SQL_QUEUE_PER_KEY, name).scalar() != (
+                limits.key_cap
+            ):
+                conn.execute(lock_keyed, name)  # before the queue's row: see the statement
             if self.dialect.lock_queues is not None:  # before any task row (the triggers' order)
                 conn.execute(self.dialect.lock_queues, {"names": [limits.name]})
             before = conn.execute(SQL_QUEUE_PER_KEY, name).scalar()
