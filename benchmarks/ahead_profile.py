@@ -60,6 +60,9 @@ PHASES: list[tuple[str, Any, str]] = [
     ("heartbeat / reclaim", Leases, "run_once"),
     ("launch: hand claims to threads", Worker, "_launch"),
     ("context build (prepare)", AttemptRunner, "prepare"),
+    # Calls per task: how often a claim went to a task thread through the queue (the
+    # first, and each time the thread had found no claim ahead waiting: a dry spell).
+    ("hop: a claim queued to a task thread", TaskThreads, "submit"),
     ("attempt start/end (execute_one)", Worker, "_execute_one"),
     ("attempt wrapper (args, outcome)", AttemptRunner, "run"),
     ("hand-over of the outcome", GroupCommit, "hand_over"),
