@@ -1,6 +1,7 @@
 """Durable workflows (issue 31's targets), on SQLite and PostgreSQL.
 
-- ``steps``: W workflows of S no-op steps drained by one worker: steps per second.
+- ``steps``: W workflows of S no-op steps drained by one worker of C slots
+  (``--concurrency``, 4): steps per second.
 - ``dbos``: the same W workflows of S no-op ``@DBOS.step`` steps through DBOS (3.4+,
   ``pip install dbos``; left out, with the reason, when it is not installed), as a
   DBOS user writes them (``benchmarks/dbos_workflows.py``): enqueued on a queue at
@@ -37,7 +38,7 @@
 
     python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
         [--sleeping N] [--waiting N] [--rounds K] [--replay R] [--no-dbos] [--dbos-rounds K]
-        [--out FILE]
+        [--concurrency C] [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -102,21 +103,29 @@ def job() -> None:
     return None
 
 
-def _drain(scheduler: Scheduler, concurrency: int = 4) -> None:
+#: Slots of the one worker that drains the steps (``--concurrency``). DBOS at its defaults
+#: runs every enqueued workflow at once (its queue has no limit): where commits are
+#: slow (a loaded server), more of ours in flight share them too.
+CONCURRENCY = 4
+
+
+def _drain(scheduler: Scheduler, concurrency: int = CONCURRENCY) -> None:
     Worker(scheduler, concurrency=concurrency).run(burst=True, burst_wait=0.0)
 
 
-def steps_and_chain(db: str, workflows: int, steps: int) -> dict[str, float]:
+def steps_and_chain(
+    db: str, workflows: int, steps: int, concurrency: int = CONCURRENCY
+) -> dict[str, float]:
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     try:
         scheduler.submit_many("bench.flow", [{"steps": steps}] * workflows)
         started = time.perf_counter()
-        _drain(scheduler)
+        _drain(scheduler, concurrency)
         flow_s = time.perf_counter() - started
         scheduler.submit_many("bench.link", [{"left": steps}] * workflows)
         started = time.perf_counter()
-        _drain(scheduler)
+        _drain(scheduler, concurrency)
         chain_s = time.perf_counter() - started
     finally:
         store.close()
@@ -154,14 +163,14 @@ def dbos_steps(url: str, workflows: int, steps: int, schema: str | None = None) 
     return float(figures["steps"]) / float(figures["seconds"])
 
 
-def flow_seconds(db: str, workflows: int, steps: int) -> float:
+def flow_seconds(db: str, workflows: int, steps: int, concurrency: int = CONCURRENCY) -> float:
     """Ours: seconds for W workflows of S no-op steps, drained by one worker."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     try:
         scheduler.submit_many("bench.flow", [{"steps": steps}] * workflows)
         started = time.perf_counter()
-        _drain(scheduler)
+        _drain(scheduler, concurrency)
         return time.perf_counter() - started
     finally:
         store.close()
@@ -221,7 +230,9 @@ def _rate(per_round: list[float], workflows: int, steps: int) -> float:
     return total * len(per_round) / sum(total / r for r in per_round)
 
 
-def side_by_side(name: str, db: str, workflows: int, steps: int, rounds: int) -> dict[str, Any]:
+def side_by_side(  # noqa: PLR0917 - the run's settings, in this order
+    name: str, db: str, workflows: int, steps: int, rounds: int, concurrency: int = CONCURRENCY
+) -> dict[str, Any]:
     """Ours and DBOS's steps per second in ``rounds`` rounds of alternating order."""
     if not dbos_installed():
         return {"skipped": "dbos is not installed (pip install 'dbos>=3.4')"}
@@ -234,7 +245,7 @@ def side_by_side(name: str, db: str, workflows: int, steps: int, rounds: int) ->
             _settle(name, db)
             if side == "ours":
                 where = _ours_fresh(name, db, round_)
-                ours.append(total / flow_seconds(where, workflows, steps))
+                ours.append(total / flow_seconds(where, workflows, steps, concurrency))
             else:
                 for kind, rate in _dbos_once(name, db, workflows, steps).items():
                     theirs.setdefault(kind, []).append(rate)
@@ -242,6 +253,7 @@ def side_by_side(name: str, db: str, workflows: int, steps: int, rounds: int) ->
     figures: dict[str, Any] = {
         "rounds": rounds,
         "order": "alternating, ours first in round 1",
+        "ours_concurrency": concurrency,
         "ours_steps_per_s": mine,
         "ours_per_round": ours,
     }
@@ -396,13 +408,16 @@ def run(
     waiting: int = 10_000,
     dbos: bool = True,
     dbos_rounds: int = 2,
+    concurrency: int = CONCURRENCY,
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, db in databases.items():
-        ours = steps_and_chain(db, workflows, steps)
+        ours = steps_and_chain(db, workflows, steps, concurrency)
         figures[name] = {"steps": ours}
         if dbos:
-            figures[name]["dbos"] = side_by_side(name, db, workflows, steps, dbos_rounds)
+            figures[name]["dbos"] = side_by_side(
+                name, db, workflows, steps, dbos_rounds, concurrency
+            )
         figures[name].update(
             signal=signal_latency(db, rounds),
             replay=replay(db, recorded),
@@ -423,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=int, default=1000)
     parser.add_argument("--no-dbos", action="store_true", help="leave DBOS's side out")
     parser.add_argument(
+        "--concurrency", type=int, default=CONCURRENCY, help="slots of the worker running steps"
+    )
+    parser.add_argument(
         "--dbos-rounds", type=int, default=2, help="rounds of ours and DBOS's, order alternating"
     )
     parser.add_argument("--out", type=Path)
@@ -441,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             recorded=args.replay,
             dbos=not args.no_dbos,
             dbos_rounds=args.dbos_rounds,
+            concurrency=args.concurrency,
         )
     text = json.dumps(figures, indent=2)
     if args.out:
