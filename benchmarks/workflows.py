@@ -291,7 +291,8 @@ def signal_latency(db: str, rounds: int) -> dict[str, float]:
             sent = time.perf_counter()
             scheduler.signal(task_id, "go", 1)
             with done:
-                done.wait_for(_ended(ended, task_id), timeout=10)
+                if not done.wait_for(_ended(ended, task_id), timeout=60):
+                    raise SystemExit(f"task {task_id} did not resume within 60 s of its signal")
             waits.append((ended[task_id] - sent) * 1000)
     finally:
         worker.stop()
