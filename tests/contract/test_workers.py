@@ -187,3 +187,33 @@ def test_starts_recorded_in_one_batch_move_only_their_own_valid_lines(
     )
     assert [store.get(t.task_id).started_at for t in (a, b, c)] == [at(22), None, at(25)]  # type: ignore[union-attr]
     assert [running_line(t.task_id) for t in (a, b, c)] == [at(22), at(20), at(25)]
+
+
+def test_claims_ahead_given_back_at_shutdown_and_claimed_again_keep_their_old_lines(
+    store: BackendStore,
+) -> None:
+    """Claims ahead given back at shutdown (a forged claim of one in the same batch,
+    refused), then claimed afresh by a claim that starts them: each new claim writes a
+    new RUNNING line at its start and the old claim's line stays where it was (histories
+    are never rewritten), and the given-back attempt counts nothing. Fails with a claim
+    of a task that never started moving its old RUNNING line instead of writing one."""
+    store.register_worker(info("w"), at(10))
+    store.submit([NewTask("t", {"i": i}, at(10), 3) for i in range(2)], T0)
+    _, ahead = store.record_and_claim([], at(10), owner="w", limit=0, lease=LEASE, ahead=2)
+    assert [c.started_at for c in ahead] == [None, None]
+    forged = replace(ahead[0], fence=ahead[0].fence + 1)
+    assert store.release([*ahead, forged], at(10), why="at shutdown") == 2
+    _, again = store.record_and_claim([], at(40), owner="w", limit=4, lease=LEASE)
+    assert [(c.task_id, c.attempt, c.started_at) for c in again] == [
+        (c.task_id, 1, at(40)) for c in ahead
+    ]
+    for claim in ahead:
+        lines = [(e.at, e.state, e.attempt) for e in store.history(claim.task_id)]
+        assert lines == [
+            (at(10), TaskState.PENDING, 0),
+            (at(10), TaskState.RUNNING, 1),  # the claim ahead, as it was written
+            (at(10), TaskState.PENDING, 0),  # given back uncounted
+            (at(40), TaskState.RUNNING, 1),  # the new claim, started at once
+        ]
+        task = store.get(claim.task_id)
+        assert task is not None and (task.attempts, task.started_at) == (1, at(40))

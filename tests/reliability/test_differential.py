@@ -234,16 +234,18 @@ DEBOUNCED_FIELDS = frozenset({"args", "trace", "due_at", "updated_at"})
 DEBOUNCING_OPS = frozenset({"submit", "spawn"})
 
 
-def started_then(history: list[TaskEvent], after: TaskRecord | None) -> list[TaskEvent]:
-    """A claim ahead's history as its start's record leaves it: the RUNNING line of its
-    claim then says when it really started (docs/design.md), which is no rewrite."""
-    if after is None or after.started_at is None:
+def started_then(history: list[TaskEvent], start: datetime | None) -> list[TaskEvent]:
+    """A claim ahead's history as the record of its start leaves it: the RUNNING line of
+    its claim then says when it really started (docs/design.md), which is no rewrite.
+    ``start`` is None when the step recorded no start of the task's claim: a task given
+    back unstarted and claimed again keeps its old RUNNING line as it was."""
+    if start is None:
         return history
     running = [i for i, e in enumerate(history) if e.state is TaskState.RUNNING]
     if not running:
         return history
     moved = list(history)
-    moved[running[-1]] = replace(moved[running[-1]], at=after.started_at)
+    moved[running[-1]] = replace(moved[running[-1]], at=start)
     return moved
 
 
@@ -466,6 +468,8 @@ class StoresAgree(Counted):
         self.purged_before: datetime | None = None
         self.seen_records: dict[int, TaskRecord | None] = {}
         self.seen_histories: dict[int, list[TaskEvent]] = {}
+        #: The starts of claims ahead the last record_and_claim records, by task id.
+        self.starts: dict[int, datetime] = {}
 
     def make_sql(self) -> SQLStore:
         self.path = _fresh_db()
@@ -1043,6 +1047,7 @@ class StoresAgree(Counted):
                 )
             ],
         }
+        self.starts = self.starts_recorded(extra["started"])
         model_results, model_claims = self.memory.record_and_claim(model_outcomes, now, **extra)
         sql_results, sql_claims = self.sql.record_and_claim(outcomes, now, **extra)
         model_iter = iter(model_results)
@@ -1062,6 +1067,22 @@ class StoresAgree(Counted):
         self.effects.extend(sorted(ran))
         assert model_claims == sql_claims
         self.check_claims(model_claims, limit, names, queues, ahead=extra["ahead"])
+
+    def starts_recorded(self, started: Sequence[Claim]) -> dict[int, datetime]:
+        """The starts a record_and_claim records, by task id: of a claim valid now whose
+        task has none yet, the first in task id order. Only these move a RUNNING line."""
+        starts: dict[int, datetime] = {}
+        for claim in sorted(started, key=lambda c: c.task_id):
+            task = self.memory.get(claim.task_id)
+            if (
+                task is not None
+                and task.started_at is None
+                and claim.started_at is not None
+                and claim.task_id not in starts
+                and self.is_valid(claim)
+            ):
+                starts[claim.task_id] = claim.started_at
+        return starts
 
     def valid_at_turn(self, outcomes: Sequence[Outcome], kinds: Sequence[str]) -> list[bool]:
         """Whether each outcome's claim is valid when its turn comes (task id order), and
@@ -1440,8 +1461,8 @@ class StoresAgree(Counted):
                     assert before.finished_at < self.purged_before
                 continue
             new = histories[task_id]
-            if self.op == "record_and_claim" and before is not None and before.started_at is None:
-                old = started_then(old, after)
+            if self.op == "record_and_claim":
+                old = started_then(old, self.starts.get(task_id))
             assert new[: len(old)] == old, f"task {task_id}: history rewritten by {self.op}"
             state = before.state if before is not None else None
             for event in new[len(old) :]:
@@ -1620,3 +1641,57 @@ def test_the_model_adds_only_what_the_memory_store_lacks() -> None:
     assert not hasattr(MemoryStore, "requeue")
     assert not hasattr(MemoryStore, "stats")
     assert not hasattr(MemoryStore, "purge")
+
+
+class Scripted:
+    """A rule's ``data`` that hands out the given draws in order."""
+
+    def __init__(self, *draws: object) -> None:
+        self.draws = list(draws)
+
+    def draw(self, strategy: object, label: str | None = None) -> Any:
+        return self.draws.pop(0)
+
+
+def test_a_claim_ahead_given_back_and_claimed_again_is_no_rewrite() -> None:
+    """The minimal program PostgreSQL's run found: claims ahead given back at shutdown
+    (with a forged one in the batch), then claimed afresh. The new claim writes a new
+    RUNNING line and leaves the old one as it was, which the invariant must not read as
+    a rewrite; only a start recorded for a claim ahead moves its line. Fails with the
+    line moved for every task that had no start before the step."""
+    machine = StoresAgree()
+    try:
+        machine.op = "submit"
+        machine.both("submit", [NewTask("a", {"i": i}, machine.now(), 3) for i in range(3)], T0)
+        machine.each_change_is_one_its_operation_may_make()
+        # Two claims ahead, nothing started: tasks 1 and 2, RUNNING with no start.
+        machine.record_and_claim(Scripted(None, 2, []), "w1", 0, None, ())
+        machine.each_change_is_one_its_operation_may_make()
+        first, second = machine.held
+        forged = replace(first, fence=first.fence + 1)
+        machine.release(Scripted("at shutdown", "w1", [first, second, forged]))
+        machine.each_change_is_one_its_operation_may_make()
+        machine.clock.advance(LEASE)
+        # Claimed again, started at once: a new RUNNING line each, the old ones kept.
+        machine.record_and_claim(Scripted([], None, 0, []), "w1", 4, None, ())
+        machine.each_change_is_one_its_operation_may_make()
+        machine.records_histories_and_keys_match()
+        running = [e.at for e in machine.memory.history(first.task_id) if e.state is S.RUNNING]
+        assert running == [T0, T0 + LEASE]
+        # A claim ahead's start recorded by the next commit moves its own line only.
+        machine.op = "submit"
+        machine.both("submit", [NewTask("a", {"i": 3}, machine.now(), 3)], machine.now())
+        machine.each_change_is_one_its_operation_may_make()
+        machine.record_and_claim(Scripted([], None, 2, []), "w1", 0, None, ())
+        machine.each_change_is_one_its_operation_may_make()
+        ahead = machine.held[-1]
+        assert ahead.started_at is None
+        machine.clock.advance(timedelta(seconds=1))
+        machine.record_and_claim(Scripted([], None, 0, [ahead]), "w1", 0, None, ())
+        assert machine.starts == {ahead.task_id: machine.now()}
+        machine.each_change_is_one_its_operation_may_make()
+        (line,) = [e for e in machine.memory.history(ahead.task_id) if e.state is S.RUNNING]
+        assert line.at == machine.now()
+        machine.records_histories_and_keys_match()
+    finally:
+        machine.teardown()
