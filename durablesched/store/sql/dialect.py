@@ -69,6 +69,9 @@ class SQLDialect:
     finished_outcomes: str
     #: How a list of task ids is bound to one parameter.
     ids: Callable[[list[int]], Any]
+    #: ``statements.wake_parents`` for the ended children ``:ids`` (bound by :attr:`ids`),
+    #: as the driver takes it: every transaction that ends tasks runs it.
+    wake_parents: str
     #: The task list's index for a state filter, by state (``Console.find_tasks``),
     #: where the database's planner must be told: what follows ``FROM tasks``, and a
     #: term to add to the state's (see ``statements.sql_find_tasks``).
@@ -150,8 +153,19 @@ class SQLDialect:
             cached = _CLAIMS[key] = self.driver(make(arms, names))
         return cached
 
+    def prepared(self, sql: str) -> str:
+        """A shared ``:name`` statement (``statements``, ``totals``) as the driver takes it,
+        converted once: the group commit's statements run through the driver, not
+        SQLAlchemy's compilation of each call (docs/performance.md)."""
+        key = (self.name, sql)
+        cached = _PREPARED.get(key)
+        if cached is None:
+            cached = _PREPARED[key] = self.driver(sql)
+        return cached
+
 
 _CLAIMS: dict[tuple[str, int, int, bool], str] = {}
+_PREPARED: dict[tuple[str, str], str] = {}
 
 
 def names_in(names: int) -> str:

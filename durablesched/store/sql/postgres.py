@@ -44,6 +44,7 @@ from durablesched.store.sql.statements import (
     RECORD_KEYS,
     SQL_LIVE_QUEUE_COUNTS,
     VALID,
+    wake_parents,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -381,6 +382,7 @@ POSTGRES = SQLDialect(
     live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
     finished_outcomes=FINISHED_OUTCOMES,
     ids=list,
+    wake_parents=pyformat(wake_parents("child_id = ANY(CAST(:ids AS BIGINT[]))")),
     driver=pyformat,
     autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),

@@ -51,6 +51,7 @@ from durablesched.store.sql.statements import (
     RECORD_KEYS,
     SUBMITTED_EVENTS,
     sql_live_queue_counts,
+    wake_parents,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -218,6 +219,7 @@ SQLITE = SQLDialect(
     live_queue_counts=sql_live_queue_counts("INDEXED BY ix_tasks_state_name"),
     finished_outcomes=FINISHED_OUTCOMES,
     ids=json_ids,
+    wake_parents=wake_parents("child_id IN (SELECT value FROM json_each(:ids))"),
     find_hints=FIND_HINTS,
     borrowed_problem=borrowed_problem,
     insert_keyed_row=INSERT_KEYED_ROW.format(p="?"),
