@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, TextClause, create_engine, event, text
+from sqlalchemy import Connection, Engine, TextClause, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 
 from durablesched.errors import (
@@ -361,10 +361,18 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        if readonly or conn.get_execution_options().get("durablesched_read"):
-            conn.exec_driver_sql("BEGIN")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        read = readonly or conn.get_execution_options().get("durablesched_read")
+        begin = "BEGIN" if read else "BEGIN IMMEDIATE"
+        # Straight to the driver: SQLAlchemy's execute path costs more than the BEGIN,
+        # and every group commit begins one (docs/performance.md). A busy database
+        # still leaves as SQLAlchemy's OperationalError, which ``_begin`` retries.
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(begin)
+        except sqlite3.Error as e:
+            raise exc.DBAPIError.instance(begin, (), e, sqlite3.Error) from e
+        finally:
+            cursor.close()
 
     return engine
 
