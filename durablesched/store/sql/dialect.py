@@ -117,8 +117,9 @@ class SQLDialect:
     #: Run first in a transaction that records outcomes (and starts, signals): takes the
     #: rows of every task it writes (``:ids``) and of the parents of those that may end
     #: (``:children``: a child's end wakes its parent), all in id order, so that no two
-    #: such transactions deadlock; SQLite has one writer anyway.
-    lock_tasks: TextClause | None = None
+    #: such transactions deadlock; SQLite has one writer anyway. As the driver takes it,
+    #: both lists bound by :attr:`ids` (a group commit runs it).
+    lock_tasks: str | None = None
     #: A step's checkpoint in one statement: the claim's task locked and checked valid
     #: (``VALID``), and the checkpoint inserted unless its position is recorded; a row
     #: if it was. One round trip a step where each costs one (PostgreSQL); None: the
@@ -127,8 +128,9 @@ class SQLDialect:
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):
-    #: wakes the handles waiting on them elsewhere (``Store.watch_finished``).
-    notify_finished: TextClause | None = None
+    #: wakes the handles waiting on them elsewhere (``Store.watch_finished``). As the
+    #: driver takes it (a group commit runs it).
+    notify_finished: str | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
     #: Where no INSERT trigger on tasks keeps a new task's limit key (SQLite, migration

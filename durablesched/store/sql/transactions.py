@@ -313,7 +313,8 @@ class Transactions:
             return
         wanted = sorted(set(ids))
         if wanted:
-            conn.execute(sql, {"ids": wanted, "children": sorted(set(ending)) or [0]})
+            ids_of = self.dialect.ids
+            self._rows(conn, sql, {"ids": ids_of(wanted), "children": ids_of(sorted(set(ending)))})
 
     def _tell_finished(self, conn: Executor, task_ids: Iterable[int], now: datetime) -> None:
         """Wake the suspended workflows whose spawned children these are, and tell waiting
@@ -334,7 +335,7 @@ class Transactions:
             return
         if len(payload) > FINISHED_PAYLOAD:
             payload = ""  # too many to name: the listeners read every task they wait on
-        conn.execute(sql, {"ids": payload})
+        self._rows(conn, sql, {"ids": payload})
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
         self,
