@@ -11,17 +11,21 @@ read and the write.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from durablesched import SQLiteStore
+from durablesched.records import NewTask
 from durablesched.schedules import firing
 from durablesched.schedules.declaration import schedule
-from durablesched.store.sql import scheduling
+from durablesched.store.sql import scheduling, transactions
+from durablesched.store.sql import sqlite as sqlite_store
 
 from ..conftest import WAIT
 from .gates import Gate, Run
@@ -74,3 +78,34 @@ def test_a_write_transaction_holds_the_write_lock_from_its_first_read(
     assert second.answer() == []
     assert len(a.list_tasks()) == 1
     assert a.next_fire_time() == START + 2 * MINUTE
+
+
+def test_a_begin_that_finds_the_database_busy_is_retried_and_a_read_is_not_held(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BEGIN goes straight to the driver: a busy database must still leave it as the
+    error the store retries (not the driver's own, raised to the caller), and a read
+    transaction must still begin deferred (no write lock to wait for)."""
+    monkeypatch.setattr(sqlite_store, "LOCK_WAIT", 0.001)  # SQLite's own handler: ~at once
+    store = SQLiteStore(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    retried: list[float] = []
+
+    def release_then_retry(delay: float) -> None:
+        retried.append(delay)
+        holder.execute("COMMIT")
+
+    monkeypatch.setattr(
+        transactions, "time", SimpleNamespace(monotonic=time.monotonic, sleep=release_then_retry)
+    )
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        assert store.list_tasks() == []  # a read, while another connection writes
+        assert retried == []  # ... without waiting for the write lock
+        (submitted,) = store.submit([NewTask("t", {}, START, 1)], START)
+        assert len(retried) == 1
+        assert store.busy_retries == 1
+        assert [t.id for t in store.list_tasks()] == [submitted.task_id]
+    finally:
+        holder.close()
+        store.close()

@@ -19,6 +19,7 @@ from durablesched.queues import QueueLimits, Rate, rate_frees_at
 from durablesched.records import Claim, JSONArgs, Outcome, effective_key, split_trace
 from durablesched.store.sql.codec import from_db_time
 from durablesched.store.sql.statements import (
+    MARK_STARTED,
     QUEUE_ROWS,
     SQL_BLOCK_KEY,
     SQL_FORGET_KEY_STARTS,
@@ -32,13 +33,12 @@ from durablesched.store.sql.statements import (
     SQL_KEY_SAVEPOINT,
     SQL_KEY_STARTS,
     SQL_KEYS_TO_FREE,
-    SQL_MARK_STARTED,
     SQL_QUEUE_STARTS,
     SQL_REMEMBER_KEY_START,
     SQL_REMEMBER_START,
     SQL_RUNNING_IN_QUEUE,
-    SQL_START_LINE,
     SQL_TOUCH_KEY,
+    START_LINE,
 )
 from durablesched.store.sql.transactions import Transactions
 
@@ -67,7 +67,7 @@ def claim_rows(
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
-    stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.driver(QUEUE_ROWS), {})))
+    stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.prepared(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
     if ahead:
         # A claim ahead waits in the worker: a limited queue's concurrency or rate
@@ -326,8 +326,8 @@ def record_starts(
         if claim.started_at is not None
     ]
     if params:
-        conn.execute(SQL_MARK_STARTED, params)
-        conn.execute(SQL_START_LINE, params)
+        tx._many(conn, tx.dialect.prepared(MARK_STARTED), params)
+        tx._many(conn, tx.dialect.prepared(START_LINE), params)
 
 
 def queue_limits(row: Any) -> QueueLimits:

@@ -69,6 +69,9 @@ class SQLDialect:
     finished_outcomes: str
     #: How a list of task ids is bound to one parameter.
     ids: Callable[[list[int]], Any]
+    #: ``statements.wake_parents`` for the ended children ``:ids`` (bound by :attr:`ids`),
+    #: as the driver takes it: every transaction that ends tasks runs it.
+    wake_parents: str
     #: The task list's index for a state filter, by state (``Console.find_tasks``),
     #: where the database's planner must be told: what follows ``FROM tasks``, and a
     #: term to add to the state's (see ``statements.sql_find_tasks``).
@@ -114,8 +117,9 @@ class SQLDialect:
     #: Run first in a transaction that records outcomes (and starts, signals): takes the
     #: rows of every task it writes (``:ids``) and of the parents of those that may end
     #: (``:children``: a child's end wakes its parent), all in id order, so that no two
-    #: such transactions deadlock; SQLite has one writer anyway.
-    lock_tasks: TextClause | None = None
+    #: such transactions deadlock; SQLite has one writer anyway. As the driver takes it,
+    #: both lists bound by :attr:`ids` (a group commit runs it).
+    lock_tasks: str | None = None
     #: A step's checkpoint in one statement: the claim's task locked and checked valid
     #: (``VALID``), and the checkpoint inserted unless its position is recorded; a row
     #: if it was. One round trip a step where each costs one (PostgreSQL); None: the
@@ -124,8 +128,9 @@ class SQLDialect:
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):
-    #: wakes the handles waiting on them elsewhere (``Store.watch_finished``).
-    notify_finished: TextClause | None = None
+    #: wakes the handles waiting on them elsewhere (``Store.watch_finished``). As the
+    #: driver takes it (a group commit runs it).
+    notify_finished: str | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
     #: Where no INSERT trigger on tasks keeps a new task's limit key (SQLite, migration
@@ -150,8 +155,19 @@ class SQLDialect:
             cached = _CLAIMS[key] = self.driver(make(arms, names))
         return cached
 
+    def prepared(self, sql: str) -> str:
+        """A shared ``:name`` statement (``statements``, ``totals``) as the driver takes it,
+        converted once: the group commit's statements run through the driver, not
+        SQLAlchemy's compilation of each call (docs/performance.md)."""
+        key = (self.name, sql)
+        cached = _PREPARED.get(key)
+        if cached is None:
+            cached = _PREPARED[key] = self.driver(sql)
+        return cached
+
 
 _CLAIMS: dict[tuple[str, int, int, bool], str] = {}
+_PREPARED: dict[tuple[str, str], str] = {}
 
 
 def names_in(names: int) -> str:

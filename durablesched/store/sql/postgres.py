@@ -44,6 +44,7 @@ from durablesched.store.sql.statements import (
     RECORD_KEYS,
     SQL_LIVE_QUEUE_COUNTS,
     VALID,
+    wake_parents,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -177,9 +178,12 @@ LOCK_KEYED_TASKS = (
 #: wakes (locks) after its own row. Locked later, a parent (a lower id) would be taken
 #: out of order: two group commits, each ending a child of a workflow whose outcome the
 #: other records, deadlocked (tests/integration/test_postgres_workflow_locks.py).
-LOCK_TASKS = (
-    "SELECT id FROM tasks WHERE id IN :ids OR id = ANY(ARRAY(SELECT parent_id FROM "
-    "task_children WHERE child_id IN :children)) ORDER BY id FOR UPDATE"
+#: Each list one array parameter, as the driver takes it: a group commit runs it, and
+#: an expanding ``IN`` was compiled again by SQLAlchemy for each list length.
+LOCK_TASKS = pyformat(
+    "SELECT id FROM tasks WHERE id = ANY(CAST(:ids AS BIGINT[])) OR id = ANY(ARRAY("
+    "SELECT parent_id FROM task_children WHERE child_id = ANY(CAST(:children AS BIGINT[])))) "
+    "ORDER BY id FOR UPDATE"
 )
 
 #: A step's checkpoint (``Dialect.record_step``): the claim's row locked and checked as
@@ -253,7 +257,7 @@ NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
 #: The channel waiting task handles LISTEN on: each notification names the tasks its
 #: transaction finished, by id, joined by commas ('' for "some": too many to name).
 FINISHED_CHANNEL = "durablesched_finished"
-NOTIFY_FINISHED = f"SELECT pg_notify('{FINISHED_CHANNEL}', :ids)"
+NOTIFY_FINISHED = pyformat(f"SELECT pg_notify('{FINISHED_CHANNEL}', :ids)")
 #: The server's clock, which every host's leases are judged by.
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
 
@@ -381,16 +385,15 @@ POSTGRES = SQLDialect(
     live_queue_counts=SQL_LIVE_QUEUE_COUNTS,
     finished_outcomes=FINISHED_OUTCOMES,
     ids=list,
+    wake_parents=pyformat(wake_parents("child_id = ANY(CAST(:ids AS BIGINT[]))")),
     driver=pyformat,
     autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     lock_keyed_tasks=text(LOCK_KEYED_TASKS),
-    lock_tasks=text(LOCK_TASKS).bindparams(
-        bindparam("ids", expanding=True), bindparam("children", expanding=True)
-    ),
+    lock_tasks=LOCK_TASKS,
     record_step=text(RECORD_STEP),
     notify=text(NOTIFY),
-    notify_finished=text(NOTIFY_FINISHED),
+    notify_finished=NOTIFY_FINISHED,
     writes_history=True,
     borrowed_problem=borrowed_problem,
 )

@@ -74,7 +74,7 @@ def reclaim_expired(tx: Transactions, now: datetime, retry_delay: RetryDelay) ->
                 tally = tallies.setdefault(r.lease_owner, {})
                 add(tally, (r.queue, r.name, "reclaimed", NO_DURATION), 0)
         for owner in sorted(tallies):
-            add_totals(conn, tallies[owner], owner)
+            add_totals(tx, conn, tallies[owner], owner)
         tx._tell_finished(conn, (r.task_id for r in reclaimed if r.state in TERMINAL), now)
     return reclaimed
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, TextClause, create_engine, event, text
+from sqlalchemy import Connection, Engine, TextClause, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 
 from durablesched.errors import (
@@ -51,6 +51,7 @@ from durablesched.store.sql.statements import (
     RECORD_KEYS,
     SUBMITTED_EVENTS,
     sql_live_queue_counts,
+    wake_parents,
 )
 from durablesched.store.sql.store import SQLStore
 from durablesched.store.sql.translate import translated
@@ -218,6 +219,7 @@ SQLITE = SQLDialect(
     live_queue_counts=sql_live_queue_counts("INDEXED BY ix_tasks_state_name"),
     finished_outcomes=FINISHED_OUTCOMES,
     ids=json_ids,
+    wake_parents=wake_parents("child_id IN (SELECT value FROM json_each(:ids))"),
     find_hints=FIND_HINTS,
     borrowed_problem=borrowed_problem,
     insert_keyed_row=INSERT_KEYED_ROW.format(p="?"),
@@ -359,10 +361,18 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        if readonly or conn.get_execution_options().get("durablesched_read"):
-            conn.exec_driver_sql("BEGIN")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        read = readonly or conn.get_execution_options().get("durablesched_read")
+        begin = "BEGIN" if read else "BEGIN IMMEDIATE"
+        # Straight to the driver: SQLAlchemy's execute path costs more than the BEGIN,
+        # and every group commit begins one (docs/performance.md). A busy database
+        # still leaves as SQLAlchemy's OperationalError, which ``_begin`` retries.
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(begin)
+        except sqlite3.Error as e:
+            raise exc.DBAPIError.instance(begin, (), e, sqlite3.Error) from e
+        finally:
+            cursor.close()
 
     return engine
 

@@ -23,13 +23,14 @@ VALID = (
     "id = :id AND state = 'RUNNING' AND lease_owner = :owner AND fence = :fence "
     "AND lease_expires_at > :now"
 )
-#: A claim ahead started (``record_and_claim(started=)``): its start time, once.
-SQL_MARK_STARTED = text(f"UPDATE tasks SET started_at = :at WHERE {VALID} AND started_at IS NULL")
+#: A claim ahead started (``record_and_claim(started=)``): its start time, once. As the
+#: driver takes it (``SQLDialect.prepared``): a group commit runs it for every start.
+MARK_STARTED = f"UPDATE tasks SET started_at = :at WHERE {VALID} AND started_at IS NULL"
 #: ... and its claim's history line moved to that time: the attempt's start.
-#: Run after :data:`SQL_MARK_STARTED` for a batch of starts: moved only where the claim
+#: Run after :data:`MARK_STARTED` for a batch of starts: moved only where the claim
 #: is valid and its task's start is this one (the line of a start recorded before, at
 #: another time, stays).
-SQL_START_LINE = text(
+START_LINE = (
     "UPDATE task_events SET at = :at WHERE id = "
     "(SELECT max(id) FROM task_events WHERE task_id = :id AND state = 'RUNNING') "
     f"AND EXISTS (SELECT 1 FROM tasks WHERE {VALID} AND started_at = :at)"
@@ -719,19 +720,25 @@ SQL_TOUCH_TASK = text("UPDATE tasks SET state = state WHERE id = :id")
 
 # -- workflows: what every task's end writes besides itself (docs/workflows.md) ------------------
 
-#: A spawned child ended: its parent, suspended (PENDING, due later), is due now, at the
-#: wake (not at the time it suspended: a due time in the past would read as a task kept
-#: waiting that long, to ``check``'s overdue finding and the claim-lag figures, and put
-#: it ahead of all work queued since; its priority is what may put it ahead).
-#: Every parent row is locked, changed or not: a parent suspending at this
-#: moment either commits first (and is woken here) or waits and then sees the child ended.
-#: On PostgreSQL the parents' rows are locked already, with the transaction's other rows
-#: in id order, at its start (``Transactions._lock_tasks``): taken here, after the
-#: child's row, a parent (a lower id) would be locked out of order, and two group
-#: commits each ending a child of the other's workflow deadlocked.
-SQL_WAKE_PARENTS = text(
-    "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > :now "
-    "THEN :now ELSE due_at END, updated_at = CASE WHEN state = 'PENDING' AND due_at > :now "
-    "THEN :now ELSE updated_at END "
-    "WHERE id IN (SELECT parent_id FROM task_children WHERE child_id IN :ids)"
-).bindparams(bindparam("ids", expanding=True))
+
+def wake_parents(children: str) -> str:
+    """A spawned child ended: its parent, suspended (PENDING, due later), is due now, at
+    the wake (not at the time it suspended: a due time in the past would read as a task
+    kept waiting that long, to ``check``'s overdue finding and the claim-lag figures, and
+    put it ahead of all work queued since; its priority is what may put it ahead).
+    ``children``: the term choosing the ended children from ``task_children``, by the
+    task ids ``:ids`` bound as one parameter (``SQLDialect.ids``): one statement for any
+    number of them, prepared once (an expanding ``IN`` is compiled again for each length).
+
+    Every parent row is locked, changed or not: a parent suspending at this
+    moment either commits first (and is woken here) or waits and then sees the child ended.
+    On PostgreSQL the parents' rows are locked already, with the transaction's other rows
+    in id order, at its start (``Transactions._lock_tasks``): taken here, after the
+    child's row, a parent (a lower id) would be locked out of order, and two group
+    commits each ending a child of the other's workflow deadlocked."""
+    return (
+        "UPDATE tasks SET due_at = CASE WHEN state = 'PENDING' AND due_at > :now "
+        "THEN :now ELSE due_at END, updated_at = CASE WHEN state = 'PENDING' AND due_at > :now "
+        "THEN :now ELSE updated_at END "
+        f"WHERE id IN (SELECT parent_id FROM task_children WHERE {children})"
+    )

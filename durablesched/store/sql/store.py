@@ -480,7 +480,7 @@ class SQLStore(Transactions):
         for claim, state in ended:
             add_ended(by_owner.setdefault(claim.owner, {}), claim, state, now)
         for owner in sorted(by_owner):
-            add_totals(conn, by_owner[owner], owner)
+            add_totals(self, conn, by_owner[owner], owner)
 
     def attempt_totals(self) -> list[AttemptTotal]:
         """Every ended attempt so far, per queue, task name, outcome and duration bucket

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
+from durablesched.store.sql.transactions import Transactions
 from durablesched.totals import AttemptTotal, Tally, shard_of
 
-#: Adds to a key's shard row, creating it at the first attempt.
-SQL_ADD = text(
+#: Adds to a key's shard row, creating it at the first attempt. As the driver takes it
+#: (``SQLDialect.prepared``): every group commit runs it.
+ADD = (
     "INSERT INTO durablesched_attempt_totals "
     "(queue, name, outcome, bucket, shard, attempts, duration_us) "
     "VALUES (:queue, :name, :outcome, :bucket, :shard, :attempts, :duration_us) "
@@ -30,13 +32,14 @@ SQL_READ = text(
 )
 
 
-def add_totals(conn: Any, tally: Tally, owner: str) -> None:
+def add_totals(tx: Transactions, conn: Connection, tally: Tally, owner: str) -> None:
     """Add ``tally`` to the totals, on ``owner``'s shard, in the caller's transaction."""
     if not tally:
         return
     shard = shard_of(owner)
-    conn.execute(
-        SQL_ADD,
+    tx._many(
+        conn,
+        tx.dialect.prepared(ADD),
         [
             {
                 "queue": queue,

@@ -30,15 +30,10 @@ from durablesched.store.sql.statements import (
     SQL_EXTEND_LEASE,
     SQL_INSERT_EVENT,
     SQL_LEASES_VALID_SINCE,
-    SQL_WAKE_PARENTS,
 )
 from durablesched.store.sql.translate import is_busy, translated
 
 log = logging.getLogger("durablesched.store")
-#: Finished tasks per statement that wakes their parents: well within every database's
-#: limit of bound parameters.
-WAKE_BATCH = 500
-
 
 #: The longest list of finished task ids one notification carries, in characters
 #: (PostgreSQL's limit is 8,000 bytes a payload); past it, one saying "some".
@@ -288,8 +283,11 @@ class Transactions:
         finally:
             cursor.close()
 
-    def _many(self, conn: Executor, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """A driver-level statement once per row (history lines, keys, bulk inserts)."""
+    def _many(
+        self, conn: Executor, sql: str, rows: Sequence[tuple[Any, ...] | dict[str, Any]]
+    ) -> None:
+        """A driver-level statement once per row (history lines, keys, bulk inserts, a group
+        commit's starts and totals): by position, or by name."""
         cursor = conn.connection.cursor()
         try:
             cursor.executemany(sql, rows)
@@ -315,7 +313,8 @@ class Transactions:
             return
         wanted = sorted(set(ids))
         if wanted:
-            conn.execute(sql, {"ids": wanted, "children": sorted(set(ending)) or [0]})
+            ids_of = self.dialect.ids
+            self._rows(conn, sql, {"ids": ids_of(wanted), "children": ids_of(sorted(set(ending)))})
 
     def _tell_finished(self, conn: Executor, task_ids: Iterable[int], now: datetime) -> None:
         """Wake the suspended workflows whose spawned children these are, and tell waiting
@@ -324,9 +323,10 @@ class Transactions:
         ids = list(task_ids)
         if not ids:
             return
-        for start in range(0, len(ids), WAKE_BATCH):  # a reclaim may end any number
-            batch = ids[start : start + WAKE_BATCH]
-            conn.execute(SQL_WAKE_PARENTS, {"ids": batch, "now": self._t(now)})
+        # The ids as one parameter, however many (a reclaim may end any number).
+        self._rows(
+            conn, self.dialect.wake_parents, {"ids": self.dialect.ids(ids), "now": self._t(now)}
+        )
         sql = self.dialect.notify_finished
         if sql is None:
             return
@@ -335,7 +335,7 @@ class Transactions:
             return
         if len(payload) > FINISHED_PAYLOAD:
             payload = ""  # too many to name: the listeners read every task they wait on
-        conn.execute(sql, {"ids": payload})
+        self._rows(conn, sql, {"ids": payload})
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order
         self,
