@@ -346,7 +346,7 @@ class FurtherCalls:
     :func:`build_task` checked whole: each further call only its arguments, and their
     binding once per shape of argument names (as :func:`build_many` does)."""
 
-    __slots__ = ("_definition", "_first", "_fits", "_limit_key", "_what")
+    __slots__ = ("_definition", "_first", "_fits", "_limit_key", "_made", "_what")
 
     def __init__(
         self,
@@ -358,6 +358,10 @@ class FurtherCalls:
         #: The options' limit key (checked with the first call); without one, the
         #: definition's function makes each call's.
         self._limit_key = limit_key
+        #: Whether each call's key is made by the definition's function.
+        self._made = (
+            limit_key is None and definition is not None and definition.limit_key is not None
+        )
         self._first = first
         self._definition = definition
         self._fits = {(tuple(first.args), positional_count)}
@@ -366,12 +370,12 @@ class FurtherCalls:
     def build(self, args: Mapping[str, Any] | None, positional: Sequence[Any] | None) -> NewTask:
         first = self._first
         checked, args_json = check_args(args, self._what, positional)
-        shape = (tuple(checked), len(positional or ()))
+        shape = (tuple(checked), len(positional) if positional else 0)
         if shape not in self._fits:
             _check_binding(self._definition, checked, self._what)
             self._fits.add(shape)
         limit_key = self._limit_key
-        if limit_key is None:
+        if self._made:
             limit_key = _limit_key(self._definition, None, checked, positional)
         return NewTask(
             first.name,
