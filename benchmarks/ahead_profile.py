@@ -145,41 +145,21 @@ class Counters:
     def call(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``, its time counted as phase ``name``."""
         mine = self._mine()
-        stack = mine.stack
-        frame = [time.perf_counter_ns(), time.thread_time_ns(), 0, 0]
-        stack.append(frame)
+        frame = _open(mine)
         try:
             return fn(*args, **kwargs)
         finally:
-            wall = time.perf_counter_ns() - frame[0]
-            cpu = time.thread_time_ns() - frame[1]
-            stack.pop()
-            if stack:
-                stack[-1][2] += wall
-                stack[-1][3] += cpu
-            mine.wall[name] += wall - frame[2]
-            mine.cpu[name] += cpu - frame[3]
-            mine.calls[name] += 1
+            _close(mine, frame, name)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """The body counted as phase ``name`` (as :meth:`call` counts a call)."""
         mine = self._mine()
-        stack = mine.stack
-        frame = [time.perf_counter_ns(), time.thread_time_ns(), 0, 0]
-        stack.append(frame)
+        frame = _open(mine)
         try:
             yield
         finally:
-            wall = time.perf_counter_ns() - frame[0]
-            cpu = time.thread_time_ns() - frame[1]
-            stack.pop()
-            if stack:
-                stack[-1][2] += wall
-                stack[-1][3] += cpu
-            mine.wall[name] += wall - frame[2]
-            mine.cpu[name] += cpu - frame[3]
-            mine.calls[name] += 1
+            _close(mine, frame, name)
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         call = self.call
@@ -189,6 +169,28 @@ class Counters:
             return call(name, fn, *args, **kwargs)
 
         return timed
+
+
+def _open(mine: _Thread) -> list[int]:
+    """A phase begun on this thread: its start times, and the time of phases nested in it."""
+    frame = [time.perf_counter_ns(), time.thread_time_ns(), 0, 0]
+    mine.stack.append(frame)
+    return frame
+
+
+def _close(mine: _Thread, frame: list[int], name: str) -> None:
+    """A phase ended: its own time (less its nested phases') counted, and its whole time
+    taken from the phase around it."""
+    wall = time.perf_counter_ns() - frame[0]
+    cpu = time.thread_time_ns() - frame[1]
+    stack = mine.stack
+    stack.pop()
+    if stack:
+        stack[-1][2] += wall
+        stack[-1][3] += cpu
+    mine.wall[name] += wall - frame[2]
+    mine.cpu[name] += cpu - frame[3]
+    mine.calls[name] += 1
 
 
 def role() -> str:

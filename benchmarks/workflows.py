@@ -121,13 +121,10 @@ def _drain(scheduler: Scheduler, concurrency: int = CONCURRENCY) -> None:
 def steps_and_chain(
     db: str, workflows: int, steps: int, concurrency: int = CONCURRENCY
 ) -> dict[str, float]:
+    flow_s = flow_seconds(db, workflows, steps, concurrency)
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     try:
-        scheduler.submit_many("bench.flow", [{"steps": steps}] * workflows)
-        started = time.perf_counter()
-        _drain(scheduler, concurrency)
-        flow_s = time.perf_counter() - started
         scheduler.submit_many("bench.link", [{"left": steps}] * workflows)
         started = time.perf_counter()
         _drain(scheduler, concurrency)

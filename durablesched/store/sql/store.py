@@ -215,17 +215,7 @@ class SQLStore(Transactions):
                 created = conn.execute(SQL_CREATED, {"id": task_id}).scalar()
                 if created is None:
                     return []
-        events = [
-            TaskEvent(
-                r.task_id,
-                from_db_time(r.at),
-                TaskState(r.state),
-                r.attempt,
-                r.detail,
-                error_from_json(r.error),
-            )
-            for r in rows
-        ]
+        events = [_event(r) for r in rows]
         if created is not None:
             events.insert(
                 0, TaskEvent(task_id, from_db_time(created), TaskState.PENDING, 0, SUBMITTED)
@@ -239,14 +229,7 @@ class SQLStore(Transactions):
             for start in range(0, len(ids), _IDS_PER_READ):
                 batch = ids[start : start + _IDS_PER_READ]
                 for r in conn.execute(SQL_LATEST_EVENTS, {"ids": batch}):
-                    found[r.task_id] = TaskEvent(
-                        r.task_id,
-                        from_db_time(r.at),
-                        TaskState(r.state),
-                        r.attempt,
-                        r.detail,
-                        error_from_json(r.error),
-                    )
+                    found[r.task_id] = _event(r)
         return found
 
     def list_tasks(
@@ -816,3 +799,15 @@ def _is_submission(state: str, attempt: int, detail: str | None) -> bool:
 
 def _running_cancel(environment: str | None) -> CancelOutcome:
     return CancelOutcome.ENFORCED if environment == Environment.PROCESS else CancelOutcome.REQUESTED
+
+
+def _event(row: Any) -> TaskEvent:
+    """A history line as read (task_id, at, state, attempt, detail, error)."""
+    return TaskEvent(
+        row.task_id,
+        from_db_time(row.at),
+        TaskState(row.state),
+        row.attempt,
+        row.detail,
+        error_from_json(row.error),
+    )
