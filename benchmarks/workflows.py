@@ -26,22 +26,30 @@
 - ``sleeping``: the claim of one due task (claim and complete, one at a time) with
   N sleeping workflows in the table (PENDING, due in three days: what a suspended
   workflow is) against an empty table, p50 in ms and their ratio: target <= 1.1.
-- ``waiting``: the same claim with N workflows suspended waiting for a signal
-  (``--waiting``, 10,000: each claimed and suspended by ``Store.suspend`` with its
-  signal's name, PENDING due at the end of time with its wait recorded, as
-  ``ctx.wait_for_signal`` leaves it) against the table without them, p50 in ms and
-  their ratio: target <= 1.1. On PostgreSQL each is measured after a ``VACUUM
-  ANALYZE`` (what autovacuum keeps), and right after the suspensions too
-  (``ratio_before_vacuum``: their dead rows still in the claim's index).
+- ``waiting``: the claim of one due task with N workflows suspended waiting for a
+  signal in its queue (``--waiting``, 10,000: each claimed and suspended by
+  ``Store.suspend`` with its signal's name, PENDING due at the end of time with its
+  wait recorded, as ``ctx.wait_for_signal`` leaves it), against a queue that holds
+  none, p50 in ms and their ratio: target <= 1.1. In K rounds (``--waiting-rounds``,
+  3), each in queues of its own: after a vacuum, N ordinary tasks run (claimed and
+  completed) in a third queue and the N workflows suspended; then the three queues
+  claimed in turn (one claim each, the order reversed every other turn, so that all
+  three share what else the machine does), right after the suspensions
+  (``ratio_before_vacuum``; on PostgreSQL the dead rows of the N claims still in the
+  claim's index) and after a ``VACUUM ANALYZE`` (``ratio``: what autovacuum keeps).
+  ``ratio_before_vacuum_same_claims`` is the queue with the workflows against the one
+  that ran as many ordinary tasks (the same claims behind it, without the waiting);
+  ``ran_ratio_before_vacuum`` that one against the queue with none. Each figure is
+  the median of the rounds'.
 - ``replay``: a workflow that recorded R steps, from its claim to its next step (the
   checkpoints read and replayed), ms, the median of five workflows: target <= 50 ms for
   R = 1,000.
-- ``sleeping`` and ``waiting`` time their table without the workflows first, after a
-  few untimed claims (a cold connection would flatter the ratio).
+- ``sleeping`` times its table without the workflows first, ``waiting`` its queues in
+  turn, each after a few untimed claims (a cold connection would flatter the ratio).
 
     python -m benchmarks.workflows [--pg URL] [--workflows W] [--steps S]
-        [--sleeping N] [--waiting N] [--rounds K] [--replay R] [--no-dbos] [--dbos-rounds K]
-        [--concurrency C] [--out FILE]
+        [--sleeping N] [--waiting N] [--waiting-rounds K] [--rounds K] [--replay R]
+        [--no-dbos] [--dbos-rounds K] [--concurrency C] [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -112,6 +120,9 @@ def job() -> None:
 CONCURRENCY = 4
 #: Replays timed per backend: their median is the figure.
 REPLAY_SAMPLES = 5
+#: Rounds of the claim with workflows waiting on signals (``--waiting-rounds``): the figures
+#: are their medians.
+WAITING_ROUNDS = 3
 
 
 def _drain(scheduler: Scheduler, concurrency: int = CONCURRENCY) -> None:
@@ -353,32 +364,90 @@ def sleeping_claim(db: str, sleeping: int, rounds: int) -> dict[str, float]:
     return {"empty_p50_ms": empty, "sleeping_p50_ms": full, "ratio": full / empty}
 
 
-def waiting_claim(db: str, waiting: int, rounds: int) -> dict[str, float]:
+def waiting_claim(
+    db: str, waiting: int, rounds: int, repeats: int = WAITING_ROUNDS
+) -> dict[str, Any]:
+    """The claim with ``waiting`` workflows suspended waiting for a signal, in ``repeats``
+    rounds, each in queues of its own (so an earlier round's rows are outside the
+    claim's walk): the queue with the waiting workflows, one that ran as many ordinary
+    tasks (claimed and completed) and one that holds none. After a vacuum, both
+    runs, then the three claimed in turn right after (PostgreSQL: the runs' dead
+    rows in the claim's index) and after a vacuum. The figures are the medians of the
+    rounds' figures."""
     store = open_store(db)
+    per_round = []
     try:
-        _vacuum(db)
-        _warm_up(store, rounds)
-        empty = _claim_p50(store, rounds)
-        batch = 1_000
-        for first in range(0, waiting, batch):
-            now = datetime.now().astimezone()
-            count = min(batch, waiting - first)
-            store.submit([NewTask("bench.approval", {}, now, 3, None)] * count, now)
-            claims = store.claim("bench", count, now, timedelta(minutes=10), ["bench.approval"])
-            for claim in claims:
-                store.suspend(claim, FOREVER, now, detail="waiting for signal 'go'", signal="go")
-        at_once = _claim_p50(store, rounds)
-        _vacuum(db)
-        full = _claim_p50(store, rounds)
+        for r in range(repeats):
+            queues = [f"bench-waiting-{r}", f"bench-ran-{r}", f"bench-none-{r}"]
+            _vacuum(db)
+            _interleaved_p50(store, queues, max(1, rounds // 5))  # warm-up, not timed
+            _run(store, queues[1], waiting, suspend=False)
+            _run(store, queues[0], waiting, suspend=True)
+            before = _interleaved_p50(store, queues, rounds)
+            _vacuum(db)
+            after = _interleaved_p50(store, queues, rounds)
+            per_round.append(
+                {
+                    "waiting_p50_ms": after[queues[0]],
+                    "empty_p50_ms": after[queues[2]],
+                    "ratio": after[queues[0]] / after[queues[2]],
+                    "before_vacuum_p50_ms": before[queues[0]],
+                    "ran_before_vacuum_p50_ms": before[queues[1]],
+                    "empty_before_vacuum_p50_ms": before[queues[2]],
+                    "ratio_before_vacuum": before[queues[0]] / before[queues[2]],
+                    "ratio_before_vacuum_same_claims": before[queues[0]] / before[queues[1]],
+                    "ran_ratio_before_vacuum": before[queues[1]] / before[queues[2]],
+                }
+            )
     finally:
         store.close()
-    return {
-        "empty_p50_ms": empty,
-        "waiting_p50_ms": full,
-        "ratio": full / empty,
-        "before_vacuum_p50_ms": at_once,
-        "ratio_before_vacuum": at_once / empty,
+    figures: dict[str, Any] = {
+        key: statistics.median(f[key] for f in per_round) for key in per_round[0]
     }
+    figures["rounds"] = per_round
+    return figures
+
+
+def _run(store: Store, queue: str, count: int, *, suspend: bool) -> None:
+    """``count`` tasks of ``queue`` submitted and claimed, a thousand at a time, and then
+    suspended waiting for signal 'go' (``suspend``, as ``ctx.wait_for_signal`` leaves
+    them: PENDING, due at the end of time, the wait recorded) or completed."""
+    name = "bench.approval" if suspend else "bench.job"
+    lease = timedelta(minutes=10)
+    for first in range(0, count, 1_000):
+        now = datetime.now().astimezone()
+        n = min(1_000, count - first)
+        store.submit([NewTask(name, {}, now, 3, None, queue=queue)] * n, now)
+        claims = store.claim("bench", n, now, lease, [name], queues={queue: n})
+        if suspend:
+            for claim in claims:
+                store.suspend(claim, FOREVER, now, detail="waiting for signal 'go'", signal="go")
+        else:
+            outcomes = [Outcome(claim, result=None) for claim in claims]
+            store.record_and_claim(outcomes, now, owner="bench", limit=0, lease=lease)
+
+
+def _interleaved_p50(store: Store, queues: list[str], rounds: int) -> dict[str, float]:
+    """The claim of one due task in each of ``queues`` in turn (the order reversed every
+    other turn), ``rounds`` turns: each queue's p50 in ms. Taken in turn, the queues
+    share whatever else the machine and the server do meanwhile."""
+    times: dict[str, list[float]] = {q: [] for q in queues}
+    for turn in range(rounds):
+        for queue in queues if turn % 2 == 0 else queues[::-1]:
+            times[queue].append(_claim_in(store, queue))
+    return {q: statistics.median(t) for q, t in times.items()}
+
+
+def _claim_in(store: Store, queue: str) -> float:
+    """A due task submitted to ``queue``, then claimed (timed, ms) and completed."""
+    now = datetime.now().astimezone()
+    store.submit([NewTask("bench.job", {}, now, 3, None, queue=queue)], now)
+    started = time.perf_counter()
+    claims = store.claim("bench", 1, now, timedelta(seconds=30), ["bench.job"], queues={queue: 1})
+    took = (time.perf_counter() - started) * 1000
+    outcomes = [Outcome(claim, result=None) for claim in claims]
+    store.record_and_claim(outcomes, now, owner="bench", limit=0, lease=timedelta(seconds=30))
+    return took
 
 
 def _vacuum(db: str) -> None:
@@ -421,6 +490,7 @@ def run(
     rounds: int,
     recorded: int,
     waiting: int = 10_000,
+    waiting_rounds: int = WAITING_ROUNDS,
     dbos: bool = True,
     dbos_rounds: int = 2,
     concurrency: int = CONCURRENCY,
@@ -436,7 +506,7 @@ def run(
         figures[name].update(
             signal=signal_latency(db, rounds),
             replay=replay(db, recorded),
-            waiting=waiting_claim(db, waiting, rounds),
+            waiting=waiting_claim(db, waiting, rounds, waiting_rounds),
             sleeping=sleeping_claim(db, sleeping, rounds),
         )
     return figures
@@ -449,6 +519,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--sleeping", type=int, default=1_000_000)
     parser.add_argument("--waiting", type=int, default=10_000)
+    parser.add_argument(
+        "--waiting-rounds",
+        type=int,
+        default=WAITING_ROUNDS,
+        help="rounds of the claim with workflows waiting on signals (their medians)",
+    )
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--replay", type=int, default=1000)
     parser.add_argument("--no-dbos", action="store_true", help="leave DBOS's side out")
@@ -470,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             steps=args.steps,
             sleeping=args.sleeping,
             waiting=args.waiting,
+            waiting_rounds=args.waiting_rounds,
             rounds=args.rounds,
             recorded=args.replay,
             dbos=not args.no_dbos,

@@ -24,7 +24,10 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
     assert figures["signal"]["p50_ms"] > 0
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
     assert figures["sleeping"]["ratio"] > 0
-    assert figures["waiting"]["ratio"] > 0
+    waiting = figures["waiting"]
+    assert waiting["ratio"] > 0 and waiting["ratio_before_vacuum"] > 0
+    assert waiting["ratio_before_vacuum_same_claims"] > 0 and waiting["ran_ratio_before_vacuum"] > 0
+    assert len(waiting["rounds"]) == workflows.WAITING_ROUNDS
     if workflows.dbos_installed():
         dbos = figures["dbos"]
         assert dbos["defaults_steps_per_s"] > 0 and dbos["wal_steps_per_s"] > 0
