@@ -23,7 +23,7 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
     assert figures["steps"]["steps_per_s"] > 0 and figures["steps"]["step_cost_ratio"] > 0
     assert figures["signal"]["p50_ms"] > 0
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
-    assert figures["sleeping"]["ratio"] > 0
+    assert figures["sleeping"]["ratio"] > 0 and figures["sleeping"]["ask_ratio"] > 0
     waiting = figures["waiting"]
     assert waiting["ratio"] > 0 and waiting["ratio_before_vacuum"] > 0
     assert waiting["ratio_before_vacuum_same_claims"] > 0 and waiting["ran_ratio_before_vacuum"] > 0
