@@ -15,7 +15,8 @@
   hands out a future), and the same with a coroutine (so a Task) around each in
   ``asyncio_tasks_cpu_s``: what gathering N coroutine functions' calls costs.
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
-  (``enqueue_many`` against ``submit_many``): target ratio <= 1.05.
+  (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
+  in alternation, five rounds, each side's best round counting.
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
 
