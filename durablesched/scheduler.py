@@ -162,6 +162,10 @@ class Scheduler:
             last: Task[..., Any] | None = None  # the task of the call before, and its
             calls: FurtherCalls | None = None  # further calls: a batch is mostly runs
             for call in items:
+                if type(call) is not TaskCall and not isinstance(call, TaskCall):
+                    raise InvalidTaskError(
+                        f"enqueue_many takes calls made by task.bind(...), got {call!r}"
+                    )
                 task, args, kwargs = call
                 positional = args or None
                 if task is not last:

@@ -114,6 +114,8 @@ def _limit_key(
     if definition is None or definition.limit_key is None:
         return None
     make = definition.limit_key
+    if POSITIONAL in args:  # the positional ones, as stored: given apart
+        args = {name: value for name, value in args.items() if name != POSITIONAL}
     try:
         made = make(*(positional or ()), **args)
     except Exception as e:  # the user's function: its failure, named

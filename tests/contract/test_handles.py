@@ -191,6 +191,10 @@ def test_enqueue_many_stores_all_or_none(sched: Scheduler) -> None:
     for batch in interleaved:
         with pytest.raises(InvalidTaskError, match=r"arguments of task '(add|boom)'"):
             sched.enqueue_many(batch)
+    wrongs: list[object] = [add, (add, (1,), {}), "add"]  # not calls: refused, named
+    for wrong in wrongs:
+        with pytest.raises(InvalidTaskError, match=r"calls made by task\.bind"):
+            sched.enqueue_many([add.bind(1), wrong])  # type: ignore[arg-type]
     assert len(sched.list_tasks()) == 6  # the bad batches stored nothing
     mixed = sched.enqueue_many([add.bind(1), boom.bind("x"), add.bind(2, b=1), boom.bind("y")])
     assert [(h.name, h.record().name, h.record().args) for h in mixed] == [
