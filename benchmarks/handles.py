@@ -15,7 +15,8 @@
   hands out a future), and the same with a coroutine (so a Task) around each in
   ``asyncio_tasks_cpu_s``: what gathering N coroutine functions' calls costs.
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
-  (``enqueue_many`` against ``submit_many``): target ratio <= 1.05.
+  (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
+  in alternation, five rounds, each side's best round counting.
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
 
@@ -156,31 +157,45 @@ async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) ->
     return time.process_time() - cpu
 
 
-def enqueue_cost(db: str, tasks: int) -> dict[str, float]:
-    """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many."""
+def enqueue_cost(db: str, tasks: int, rounds: int = 5) -> dict[str, float]:
+    """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many.
+
+    Each pair runs in alternation, ``rounds`` times, and each side's best round counts:
+    the table grows with every round, so a side that always ran after the other would
+    always write into the bigger table."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     figures: dict[str, float] = {}
 
-    def timed(label: str, run: Callable[[], object]) -> None:
-        best = float("inf")
-        for _ in range(3):
-            started = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - started)
-        figures[label] = best / tasks
+    def timed(pair: dict[str, Callable[[], object]], count: int) -> None:
+        best = dict.fromkeys(pair, float("inf"))
+        for _ in range(rounds):
+            for label, run in pair.items():
+                started = time.perf_counter()
+                run()
+                best[label] = min(best[label], time.perf_counter() - started)
+        figures.update({label: seconds / count for label, seconds in best.items()})
 
     single = max(1, tasks // 10)  # one transaction each: fewer
     try:
-        timed("submit", lambda: [scheduler.submit("bench.add", {"a": i}) for i in range(single)])
-        timed("enqueue", lambda: [scheduler.enqueue(add, a=i) for i in range(single)])
-        figures["submit"] *= tasks / single
-        figures["enqueue"] *= tasks / single
         timed(
-            "submit_many",
-            lambda: scheduler.submit_many("bench.add", [{"a": i} for i in range(tasks)]),
+            {
+                "submit": lambda: [scheduler.submit("bench.add", {"a": i}) for i in range(single)],
+                "enqueue": lambda: [scheduler.enqueue(add, a=i) for i in range(single)],
+            },
+            single,
         )
-        timed("enqueue_many", lambda: scheduler.enqueue_many([add.bind(a=i) for i in range(tasks)]))
+        timed(
+            {
+                "submit_many": lambda: scheduler.submit_many(
+                    "bench.add", [{"a": i} for i in range(tasks)]
+                ),
+                "enqueue_many": lambda: scheduler.enqueue_many(
+                    [add.bind(a=i) for i in range(tasks)]
+                ),
+            },
+            tasks,
+        )
     finally:
         store.close()
     figures["single_ratio"] = figures["enqueue"] / figures["submit"]

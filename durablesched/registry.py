@@ -420,7 +420,10 @@ class Task(Generic[P, R]):
 
         Its arguments are the task's, as ``scheduler.enqueue`` takes them (a task
         with a context: without it), and checked the same way."""
-        return TaskCall(self, args, kwargs)
+        # The tuple made directly: the named tuple's own __new__ is a Python function
+        # (a batch makes one call per task).
+        call: TaskCall[Any] = _new_call(TaskCall, (self, args, kwargs))
+        return call
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r}: {self.definition.call_signature()}>"
@@ -433,6 +436,10 @@ class TaskCall(NamedTuple, Generic[R]):
     task: Task[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+#: Makes a :class:`TaskCall` of its three fields without the named tuple's ``__new__``.
+_new_call = tuple.__new__
 
 
 def _configured(check: Callable[[object, str], T], value: object, what: str) -> T:

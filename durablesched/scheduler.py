@@ -154,15 +154,25 @@ class Scheduler:
         def build() -> list[NewTask]:
             now = self.clock.now()
             registry = self.registry
-            new = []
+            new: list[NewTask] = []
             # A task's options are checked with its first call; its further calls
             # only their arguments, as submit_many checks its batch.
             further: dict[int, FurtherCalls] = {}
+            append = new.append
+            last: Task[..., Any] | None = None  # the task of the call before, and its
+            calls: FurtherCalls | None = None  # further calls: a batch is mostly runs
             for call in items:
-                task, positional = call.task, call.args or None
-                calls = further.get(id(task))
+                if type(call) is not TaskCall and not isinstance(call, TaskCall):
+                    raise InvalidTaskError(
+                        f"enqueue_many takes calls made by task.bind(...), got {call!r}"
+                    )
+                task, args, kwargs = call
+                positional = args or None
+                if task is not last:
+                    calls = further.get(id(task))
+                    last = task if calls is not None else None
                 if calls is not None:
-                    new.append(calls.build(call.kwargs, positional))
+                    append(calls.build(kwargs, positional))
                     continue
                 definition, options = task.definition, task.submit_options
                 if options.connection is not connection:
@@ -171,7 +181,7 @@ class Scheduler:
                     )
                 first = build_task(
                     definition.name,
-                    call.kwargs,
+                    kwargs,
                     now=now,
                     at=options.at,
                     delay=options.delay,
@@ -186,10 +196,8 @@ class Scheduler:
                     debounce=options.debounce,
                     max_wait=options.max_wait,
                 )
-                further[id(task)] = FurtherCalls(
-                    first, definition, len(call.args), options.limit_key
-                )
-                new.append(first)
+                further[id(task)] = FurtherCalls(first, definition, len(args), options.limit_key)
+                append(first)
             built[:] = new
             return new
 

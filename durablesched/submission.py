@@ -114,6 +114,8 @@ def _limit_key(
     if definition is None or definition.limit_key is None:
         return None
     make = definition.limit_key
+    if POSITIONAL in args:  # the positional ones, as stored: given apart
+        args = {name: value for name, value in args.items() if name != POSITIONAL}
     try:
         made = make(*(positional or ()), **args)
     except Exception as e:  # the user's function: its failure, named
@@ -346,7 +348,7 @@ class FurtherCalls:
     :func:`build_task` checked whole: each further call only its arguments, and their
     binding once per shape of argument names (as :func:`build_many` does)."""
 
-    __slots__ = ("_definition", "_first", "_fits", "_limit_key", "_made", "_what")
+    __slots__ = ("_definition", "_fits", "_limit_key", "_made", "_shared", "_what")
 
     def __init__(
         self,
@@ -362,13 +364,23 @@ class FurtherCalls:
         self._made = (
             limit_key is None and definition is not None and definition.limit_key is not None
         )
-        self._first = first
         self._definition = definition
         self._fits = {(tuple(first.args), positional_count)}
         self._what = API_NAMES["args"].format(name=first.name)
+        #: What every further call shares with the first: its fields but the arguments,
+        #: their JSON and the limit key.
+        self._shared = (
+            first.name,
+            first.due_at,
+            first.max_attempts,
+            first.idempotency_key,
+            first.queue,
+            first.priority,
+            first.debounce_key,
+            first.debounce_until,
+        )
 
     def build(self, args: Mapping[str, Any] | None, positional: Sequence[Any] | None) -> NewTask:
-        first = self._first
         checked, args_json = check_args(args, self._what, positional)
         shape = (tuple(checked), len(positional) if positional else 0)
         if shape not in self._fits:
@@ -377,19 +389,29 @@ class FurtherCalls:
         limit_key = self._limit_key
         if self._made:
             limit_key = _limit_key(self._definition, None, checked, positional)
-        return NewTask(
-            first.name,
-            checked,
-            first.due_at,
-            first.max_attempts,
-            first.idempotency_key,
-            args_json,
-            first.queue,
-            first.priority,
-            limit_key,
-            first.debounce_key,
-            first.debounce_until,
+        name, due_at, attempts, key, queue, priority, debounce_key, until = self._shared
+        # The tuple made directly: NewTask's own __new__ is a Python function, and
+        # every field is given.
+        return _new_tuple(
+            NewTask,
+            (
+                name,
+                checked,
+                due_at,
+                attempts,
+                key,
+                args_json,
+                queue,
+                priority,
+                limit_key,
+                debounce_key,
+                until,
+            ),
         )
+
+
+#: Makes a named tuple of all its fields without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 
 def check_name(name: object, what: str = API_NAMES["name"]) -> None:

@@ -229,10 +229,10 @@ class Waiters:
         future.task_id = task_id
         future.timeout = timeout
         future.waiters = self
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             self._register(task_id, future)
-            if timeout is not None:
-                deadline = time.monotonic() + max(0.0, timeout)
+            if deadline is not None:
                 heapq.heappush(self._deadlines, (deadline, next(self._order), future))
         return future
 
@@ -379,10 +379,13 @@ class Waiters:
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]]
         by_loop = {}
         delivered = timed = 0
+        # The futures of the loop met last (a process mostly has one): no lookup each.
+        last_loop: asyncio.AbstractEventLoop | None = None
+        futures: list[WaitingFuture] = []
         with self._lock:
-            waiting = self._waiting
+            pop = self._waiting.pop
             for task_id, record in found.items():
-                waiters = waiting.pop(task_id, None)
+                waiters = pop(task_id, None)
                 if waiters is None:
                     continue
                 delivered += len(waiters)
@@ -390,14 +393,16 @@ class Waiters:
                     if isinstance(waiter, Waiter):
                         waiter.record = record
                         threads.append(waiter)
-                    else:
-                        loop = waiter.get_loop()
+                        continue
+                    loop = waiter.get_loop()
+                    if loop is not last_loop:
                         batch = by_loop.get(loop)
                         if batch is None:
                             by_loop[loop] = batch = ([], [])
-                        batch[0].append(waiter)
-                        if waiter.timeout is not None:
-                            timed += 1
+                        last_loop, futures = loop, batch[0]
+                    futures.append(waiter)
+                    if waiter.timeout is not None:
+                        timed += 1
             if self._deadlines and self._deadlines[0][0] <= now:
                 self._expire(now, by_loop)
             if timed:

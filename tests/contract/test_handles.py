@@ -180,7 +180,29 @@ def test_enqueue_many_stores_all_or_none(sched: Scheduler) -> None:
     for bad in (add.bind(2, zzz=3), add.bind(1, 2, 3), add.options(priority=1000).bind(1)):
         with pytest.raises(InvalidTaskError):
             sched.enqueue_many([add.bind(1), bad])
+    # Calls of several tasks, interleaved: each is checked against its own function,
+    # and a task's run of calls after another task's is its own again.
+    interleaved = [
+        [add.bind(1), boom.bind("x"), add.bind(1, zzz=3)],
+        [boom.bind("x"), add.bind(1), boom.bind("y", 2)],
+        [add.bind(1), boom.bind("x"), boom.bind(message="y", b=2)],
+        [add.bind(1), add.bind(2), add.bind(object())],
+    ]
+    for batch in interleaved:
+        with pytest.raises(InvalidTaskError, match=r"arguments of task '(add|boom)'"):
+            sched.enqueue_many(batch)
+    wrongs: list[object] = [add, (add, (1,), {}), "add"]  # not calls: refused, named
+    for wrong in wrongs:
+        with pytest.raises(InvalidTaskError, match=r"calls made by task\.bind"):
+            sched.enqueue_many([add.bind(1), wrong])  # type: ignore[arg-type]
     assert len(sched.list_tasks()) == 6  # the bad batches stored nothing
+    mixed = sched.enqueue_many([add.bind(1), boom.bind("x"), add.bind(2, b=1), boom.bind("y")])
+    assert [(h.name, h.record().name, h.record().args) for h in mixed] == [
+        ("add", "add", {"*args": [1]}),
+        ("boom", "boom", {"*args": ["x"]}),
+        ("add", "add", {"*args": [2], "b": 1}),
+        ("boom", "boom", {"*args": ["y"]}),
+    ]
     assert sched.enqueue_many([]) == []
 
 

@@ -173,6 +173,16 @@ def test_the_scheduler_takes_limit_keys_from_submit_options_and_definitions(
     )
     assert [scheduler.get(i).limit_key for i in batch] == ["customer:3", "customer:4"]
     assert [q.concurrency_per_key for q in scheduler.queues() if q.name == "sync"] == [1]
+    # Called as the function is: positional arguments positionally (stored apart from
+    # the keyword ones, they are not a keyword of the call).
+    positional = [
+        scheduler.enqueue(sync, 9, 5),
+        *scheduler.enqueue_many([sync.bind(10, customer=6), sync.bind(11, 7)]),
+    ]
+    by_positional = scheduler.submit("sync", {"customer": 8}, positional=[12])
+    assert [scheduler.get(h.id).limit_key for h in positional] + [
+        scheduler.get(by_positional).limit_key
+    ] == ["customer:5", "customer:6", "customer:7", "customer:8"]
     with pytest.raises(InvalidTaskError, match="limit_key must be a non-empty string"):
         scheduler.submit("sync", {"order": 3, "customer": 7}, limit_key="")
     with pytest.raises(InvalidTaskError, match="concurrency per key must be a positive"):

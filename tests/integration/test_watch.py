@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import threading
 import time
@@ -344,4 +345,55 @@ def test_finished_lines_notice_line_ids_given_again(tmp_path: Path) -> None:
     finally:
         lines.close()
         other.close()
+        store.close()
+
+
+def test_a_failed_look_says_any_task_may_have_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's finish watcher notices commits by its look at the history (one statement
+    in place of ``data_version``). A look that fails must neither stop the watch nor
+    lose a finish: it says that any task may have finished (None), and the next look
+    goes on from the last line it read."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    try:
+        (task,) = (t.task_id for t in other.submit([NewTask("t", {}, T0, 1)], T0))
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        other.complete(claim, None, T0)
+
+        def broken() -> bool:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(lines, "_look", broken)
+        assert lines._watched_look() is True  # noticed: something may have changed
+        assert lines._take() is None  # any task may have finished
+        monkeypatch.undo()
+        assert lines._watched_look() is True
+        assert lines._take() == {task}  # nothing skipped: the look went on from its line
+        assert lines._watched_look() is False  # nothing written since
+        assert lines._take() == set()
+    finally:
+        lines.close()
+        other.close()
+        store.close()
+
+
+def test_finished_lines_begin_at_the_newest_line(tmp_path: Path) -> None:
+    """Tasks that finished before the watch began are not news to it (nor read: the
+    history is long); those finishing after are."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    old, new = (t.task_id for t in store.submit([NewTask("t", {}, T0, 1)] * 2, T0))
+    (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
+    assert claim.task_id == old
+    store.complete(claim, None, T0)
+    lines = store.watch_finished()
+    try:
+        assert lines._finished_since() == set()
+        (claim,) = store.claim("w", 1, T0, timedelta(seconds=30))
+        store.complete(claim, None, T0)
+        assert lines._finished_since() == {new}
+    finally:
+        lines.close()
         store.close()

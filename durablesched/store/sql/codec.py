@@ -114,23 +114,32 @@ def finished_outcomes(rows: Sequence[Sequence[Any]]) -> dict[int, Finished | Non
     texts = [r[4] for r in rows if r[4] is not None]
     results = iter(_decode_all(texts))
     found: dict[int, Finished | None] = {}
-    states = _STATES
-    for r in rows:
-        state, result, error, finished_at = r[2], r[4], r[5], r[6]
-        found[int(r[0])] = (
+    states, new, decoded = _STATES, _new_tuple, next
+    for row_id, name, state, attempts, result, error, finished_at in rows:
+        task_id = int(row_id)
+        # The tuple made directly: Finished's own __new__ is a Python function, and
+        # one is made per result read.
+        found[task_id] = (
             None
             if state is None
-            else Finished(
-                int(r[0]),
-                r[1],
-                states[state],
-                r[3],
-                None if result is None else next(results),
-                None if error is None else error_from_json(error),
-                None if finished_at is None else from_db_time(finished_at),
+            else new(
+                Finished,
+                (
+                    task_id,
+                    name,
+                    states[state],
+                    attempts,
+                    None if result is None else decoded(results),
+                    None if error is None else error_from_json(error),
+                    None if finished_at is None else from_db_time(finished_at),
+                ),
             )
         )
     return found
+
+
+#: Makes a named tuple of all its fields without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 
 def _decode_all(texts: list[str]) -> list[Any]:

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -481,28 +481,39 @@ class SQLiteStore(SQLStore):
         return DataVersionWatcher(self.engine, poll_interval, self._identity)
 
     def watch_finished(self) -> FinishedLines:
-        """The change watcher, and after each commit seen the history's new finishing
-        lines: which tasks finished, read by what was written, not by who waits."""
-        return FinishedLines(self.engine, self.watch_changes())
+        """Commits seen as the change watcher sees them (inotify, or a poll), and after
+        each the history's new finishing lines: which tasks finished, read by what was
+        written, not by who waits."""
+        return FinishedLines(self.engine, self._identity)
 
 
-#: The history's newest line and its task (``FinishedLines``).
+#: The history's newest line and its task (where ``FinishedLines`` begins).
 NEWEST_LINE = "SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1"
-#: The task of line ``?``, if the line is still there.
-LINE_TASK = "SELECT task_id FROM task_events WHERE id = ?"
-#: The tasks that finished in lines ``(?, ?]``, through the history's primary key.
-FINISHING_LINES = f"SELECT task_id FROM task_events WHERE id > ? AND id <= ? AND {TERMINAL_SQL}"
+#: The history's lines since line ``?`` (one statement, so one snapshot): the newest
+#: line and its task (kind 0), line ``?`` itself and its task if it is still there (1),
+#: and the tasks that finished on the lines after it (2), through the primary key.
+LOOK = (
+    "SELECT 0, id, task_id FROM "
+    "(SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1) "
+    "UNION ALL SELECT 1, id, task_id FROM task_events WHERE id = ? "
+    f"UNION ALL SELECT 2, id, task_id FROM task_events WHERE id > ? AND {TERMINAL_SQL}"
+)
 
 
 class FinishedLines:
-    """SQLite's :class:`~durablesched.store.protocol.FinishWatcher`: after each commit
-    the change watcher sees, the history's lines since the last look that finished a
-    task (one range of the primary key: a look costs what was written, however many
-    handles wait). One writer at a time makes line ids grow in commit order. A line
-    id can be given again once the newest lines are deleted (a deleted or purged
-    task's): the look checks that the line it ended at is still the one it read
-    (line ids are reused, task ids never are), and if not says that any task may
-    have finished (``None``: every waited task is read).
+    """SQLite's :class:`~durablesched.store.protocol.FinishWatcher`: the history's lines
+    since the last look that finished a task (one range of the primary key: a look
+    costs what was written, however many handles wait). One writer at a time makes
+    line ids grow in commit order. A line id can be given again once the newest lines
+    are deleted (a deleted or purged task's): the look checks that the line it ended
+    at is still the one it read (line ids are reused, task ids never are), and if not
+    says that any task may have finished (``None``: every waited task is read).
+
+    A look is one statement (:data:`LOOK`), and it is also how a commit is noticed:
+    the :class:`DataVersionWatcher` it runs on (inotify, or a poll) makes it, in place
+    of its ``data_version`` read, whenever the database's files are written; a
+    commit that wrote no history line finished nothing, and is not news here. So a
+    commit that finished tasks costs this watcher one read.
 
     Asked for a batch (``on_finished`` answering True), it lets the change watcher keep
     quiet until nudged: commits meanwhile cost this process nothing, and the look
@@ -511,39 +522,81 @@ class FinishedLines:
     interval.
     """
 
-    def __init__(self, engine: Engine, watcher: DataVersionWatcher) -> None:
-        self._watcher = watcher
+    def __init__(
+        self, engine: Engine, identity: tuple[int, int] | None, poll_interval: float = 0.01
+    ) -> None:
         self._conn = engine.raw_connection()
-        #: The newest line at the last look, and its task; (0, None): none.
-        self._last: tuple[int, int | None] = self._newest()
+        #: What the looks since the last report found finished; None: any may have.
+        self._found: set[int] | None = set()
+        try:
+            #: The newest line at the last look, and its task; (0, None): none. Lines
+            #: before the watch began are not news (nor read: the history is long).
+            self._last: tuple[int, int | None] = self._newest()
+            self._watcher = DataVersionWatcher(
+                engine, poll_interval, identity, probe=self._watched_look
+            )
+        except BaseException:
+            self._conn.close()
+            raise
 
-    def _one(self, sql: str, *params: int) -> tuple[Any, ...] | None:
+    def _newest(self) -> tuple[int, int | None]:
         cursor = self._conn.cursor()
         try:
-            cursor.execute(sql, params)
+            cursor.execute(NEWEST_LINE)
             row = cursor.fetchone()
         finally:
             cursor.close()
-        return None if row is None else tuple(row)
-
-    def _newest(self) -> tuple[int, int | None]:
-        row = self._one(NEWEST_LINE)
         return (0, None) if row is None else (int(row[0]), int(row[1]))
 
+    def _look(self) -> bool:
+        """Read the lines written since the last look, add the tasks that finished on
+        them to those found; True if there were any (or lines were deleted)."""
+        (last, last_task), found = self._last, self._found
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute(LOOK, (last, last))
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        newest: tuple[int, int | None] = (0, None)
+        kept = not last  # the line the last look ended at is still there, unchanged
+        finished = []
+        for kind, line, task in rows:
+            if kind == 2:
+                finished.append(task)
+            elif kind == 0:
+                newest = (line, task)
+            else:
+                kept = task == last_task
+        self._last = newest
+        if not kept:
+            self._found = None  # lines were deleted: ids after them can be old ones
+            return True
+        if found is not None and finished:
+            found.update(finished)
+        return newest[0] != last
+
+    def _watched_look(self) -> bool:
+        """:meth:`_look`, for the change watcher: a look that failed says that any task
+        may have finished (the waiting handles read them all), and the watch goes on."""
+        try:
+            return self._look()
+        except (sqlite3.Error, DurableSchedError) as e:  # a driver's error: not translated
+            log.warning("reading which tasks finished failed: %s", e)
+            self._found = None
+            return True
+
+    def _take(self) -> set[int] | None:
+        """What the looks found since the last call: tasks that finished (None: any may
+        have)."""
+        found, self._found = self._found, set()
+        return found
+
     def _finished_since(self) -> set[int] | None:
+        """A look now, and what it and those before found (:meth:`_take`)."""
         with translated("reading which tasks finished"):
-            (last, last_task), newest = self._last, self._newest()
-            self._last = newest
-            if last:
-                row = self._one(LINE_TASK, last)
-                if row is None or int(row[0]) != last_task:
-                    return None  # lines were deleted: ids after them can be old ones
-            cursor = self._conn.cursor()
-            try:
-                cursor.execute(FINISHING_LINES, (last, newest[0]))
-                return {int(r[0]) for r in cursor.fetchall()}
-            finally:
-                cursor.close()
+            self._look()
+        return self._take()
 
     def start(self, on_finished: OnFinished) -> None:
         def on_change(error: Exception | None) -> bool:
@@ -551,11 +604,7 @@ class FinishedLines:
                 log.warning("watching for finished tasks failed: %s", error)
                 on_finished(None)
                 return False
-            try:
-                finished = self._finished_since()
-            except DurableSchedError as e:
-                log.warning("reading which tasks finished failed: %s", e)
-                finished = None
+            finished = self._take()
             if finished is None or finished:
                 # A batch asked for: the change watcher keeps quiet until nudged, and
                 # the next look then reads every line written meanwhile, in one range.
@@ -650,8 +699,9 @@ class DataVersionWatcher:
     """Notices commits by other connections, on a thread of its own.
 
     It reads ``PRAGMA data_version`` (which changes when any other connection
-    commits, and touches no table) whenever inotify reports a write to the
-    database's files (once a millisecond while a commit is being written), or
+    commits, and touches no table; or asks its ``probe`` instead) whenever inotify
+    reports a write to the database's files (once a millisecond while a commit is
+    being written), or
     every ``poll_interval`` seconds where inotify is not available; after a
     change reported to a consumer that answers it is busy, not again until
     nudged or :attr:`QUIET` seconds later. It also checks, at those reads and
@@ -676,11 +726,20 @@ class DataVersionWatcher:
     PENDING = 1.0
 
     def __init__(
-        self, engine: Engine, poll_interval: float, identity: tuple[int, int] | None
+        self,
+        engine: Engine,
+        poll_interval: float,
+        identity: tuple[int, int] | None,
+        *,
+        probe: Callable[[], bool] | None = None,
     ) -> None:
-        self._conn = engine.raw_connection()
+        #: What says whether something changed, instead of ``data_version`` (a
+        #: :class:`FinishedLines` look): True when it did.
+        self._probe = probe
+        #: The connection ``data_version`` is read on; none with a probe.
+        self._conn = engine.raw_connection() if probe is None else None
         self._poll_interval = poll_interval
-        self._last = self._read()
+        self._last = 0 if probe is not None else self._read()
         self._path = _file_path(engine)
         self._identity = identity
         self._next_file_check = time.monotonic() + self.FILE_CHECK_INTERVAL
@@ -757,6 +816,7 @@ class DataVersionWatcher:
             raise StoreError(f"the database file {self._path} was removed or replaced while in use")
 
     def _read(self) -> int:
+        assert self._conn is not None  # without a probe
         cursor = self._conn.cursor()
         try:
             cursor.execute("PRAGMA data_version")
@@ -770,6 +830,8 @@ class DataVersionWatcher:
         """True if another connection committed since the last call."""
         with translated("watching for changes"):
             self._check_file()
+            if self._probe is not None:
+                return self._probe()
             current = self._read()
             seen, self._last = self._last != current, current
             return seen
@@ -783,7 +845,8 @@ class DataVersionWatcher:
             self._thread.join(self.FILE_CHECK_INTERVAL + 1)
         if self._inotify is not None:
             self._inotify.close()
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
 
 
 def _pragma(cursor: Any, sql: str) -> tuple[Any, ...]:
