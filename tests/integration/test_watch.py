@@ -308,6 +308,38 @@ def test_watcher_reports_a_removed_file(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_driver_error_reading_data_version_is_reported_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher reads ``data_version`` on a raw pooled connection, whose errors are
+    the driver's own: one escaping would end the watch's thread in silence, and its
+    worker would hear no commit again. It must reach the consumer as a StoreError."""
+    monkeypatch.setattr(sqlite_module, "watch_directory", lambda *_: None)
+    store = SQLiteStore(tmp_path / "jobs.db")
+    watcher = store.watch_changes(poll_interval=0.005)
+    assert isinstance(watcher, DataVersionWatcher)
+
+    class Broken:
+        def cursor(self) -> object:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def close(self) -> None:
+            pass
+
+    real, watcher._conn = watcher._conn, Broken()  # type: ignore[assignment]
+    seen = Seen()
+    watcher.start(seen)
+    try:
+        assert seen.failed.wait(WAIT)
+        assert isinstance(seen.errors[0], StoreError)
+        assert "disk I/O error" in str(seen.errors[0])
+    finally:
+        watcher.close()
+        assert real is not None
+        real.close()
+        store.close()
+
+
 def test_a_file_removed_before_the_watch_starts_is_still_reported(tmp_path: Path) -> None:
     """The file's identity is taken when the store opens it, not when watching starts."""
     store = SQLiteStore(tmp_path / "jobs.db")

@@ -817,12 +817,18 @@ class DataVersionWatcher:
 
     def _read(self) -> int:
         assert self._conn is not None  # without a probe
-        cursor = self._conn.cursor()
         try:
-            cursor.execute("PRAGMA data_version")
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
+            cursor = self._conn.cursor()
+            try:
+                cursor.execute("PRAGMA data_version")
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        except sqlite3.Error as e:
+            # The pool's raw connection raises the driver's own errors, which
+            # ``translated`` does not know: one escaping would end the watch's
+            # thread in silence, and its worker would never hear another commit.
+            raise StoreError(f"watching for changes failed: {e}") from e
         assert row is not None
         return int(row[0])
 
