@@ -265,3 +265,47 @@ def test_a_group_commit_claims_ahead_in_its_transaction(store: BackendStore) -> 
         (rest[2], None),
     ]
     assert claim.task_id == first
+
+
+def test_a_claim_takes_due_tasks_across_priorities_past_those_due_later(
+    store: BackendStore,
+) -> None:
+    # Each priority has tasks due later (sleeping, delayed, waiting to retry) ahead of or
+    # among its due ones, and one priority has none due: a claim asking for more than is
+    # due takes every due task, best first, and none due later.
+    spec = [
+        (9, 50), (9, 60), (5, 12), (5, 70), (5, 11), (3, 80), (3, 90),
+        (1, 95), (1, 10), (1, 13), (1, 99), (1, 10), (-2, 14), (-2, 85),
+    ]  # fmt: skip
+    ids = ids_of(store, [new(due=due, priority=p) for p, due in spec])
+    due = sorted(
+        (-p, d, i) for i, (p, d) in zip(ids, spec, strict=True) if d <= 20
+    )  # (priority desc, due_at, seq): seq follows the ids here
+    expected = [i for _, _, i in due]
+    taken: list[int] = []
+    for ask in (1, 2, 4, 10):
+        taken += [c.task_id for c in store.claim("w", ask, at(20), LEASE)]
+    assert taken == expected
+    assert store.claim("w", 10, at(40), LEASE) == []
+    assert [c.task_id for c in store.claim("w", 10, at(60), LEASE)] == [ids[0], ids[1]]
+
+
+def test_a_claim_by_name_across_priorities_takes_only_its_names(store: BackendStore) -> None:
+    spec = [("a", 9, 50), ("b", 9, 10), ("a", 5, 11), ("b", 5, 10), ("a", 5, 80), ("a", 0, 10)]
+    ids = ids_of(store, [new(name, due=due, priority=p) for name, p, due in spec])
+    claims = store.claim("w", 5, at(20), LEASE, ["a"])
+    assert [c.task_id for c in claims] == [ids[2], ids[5]]
+    assert [c.task_id for c in store.claim("w", 5, at(20), LEASE)] == [ids[1], ids[3]]
+
+
+def test_a_claim_of_several_queues_walks_each_queues_priorities(store: BackendStore) -> None:
+    mail = ids_of(
+        store,
+        [new(queue="mail", due=d, priority=p) for p, d in [(7, 90), (7, 12), (2, 10), (2, 95)]],
+    )
+    reports = ids_of(
+        store,
+        [new(queue="reports", due=d, priority=p) for p, d in [(8, 99), (4, 11), (1, 10), (1, 11)]],
+    )
+    claims = store.claim("w", 10, at(20), LEASE, queues={"mail": 3, "reports": 2})
+    assert [c.task_id for c in claims] == [mail[1], reports[1], mail[2], reports[2]]

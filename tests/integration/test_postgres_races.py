@@ -571,3 +571,23 @@ def test_a_debounced_submit_while_its_task_is_claimed_makes_a_new_task(
     assert second.created and second.task_id != first
     task = a.get(first)
     assert task is not None and task.args == {"doc": 1} and task.debounce_key is None
+
+
+def test_a_claim_passes_over_rows_locked_elsewhere_to_lower_priorities(
+    stores: tuple[PostgresStore, PostgresStore], watcher: Connection
+) -> None:
+    # Each priority's rows are read and locked a priority at a time: rows another
+    # transaction holds are passed over to the next of their priority, then of the next
+    # priority, and the claim takes every row claimable and free, best first.
+    a, _ = stores
+    spec = [(5, 10), (5, 11), (5, 90), (1, 10), (1, 12), (1, 95), (0, 10)]
+    ids = [
+        s.task_id
+        for s in a.submit([NewTask("t", {}, at(d), 3, None, None, "q", p) for p, d in spec], T0)
+    ]
+    watcher.execute(
+        text("SELECT id FROM tasks WHERE id IN (:x, :y) FOR UPDATE"), {"x": ids[0], "y": ids[3]}
+    )
+    assert [c.task_id for c in a.claim("a", 4, at(20), LEASE)] == [ids[1], ids[4], ids[6]]
+    watcher.rollback()
+    assert [c.task_id for c in a.claim("a", 4, at(20), LEASE)] == [ids[0], ids[3]]

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine,
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
-from durablesched.queues import KEY_CAP_UNLIMITED
+from durablesched.queues import KEY_CAP_UNLIMITED, MAX_PRIORITY
 from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
@@ -72,12 +72,31 @@ def _claim(arms: int, names: int, keyed: bool = False) -> str:
     # lets concurrent claimers take the next rows instead of queueing (FOR UPDATE
     # is not allowed over a UNION: each queue's arm locks its own rows). The
     # history lines go in with the claim, in the same round trip.
+    # Each arm is a skip scan of its queue's claimable rows, a priority at a time: ``prios``
+    # walks the priorities present, highest first (a seek each), and for each the LATERAL
+    # reads the rows of that priority due now in (due_at, seq) order, locking as it goes,
+    # up to the first not yet due. One walk of the whole index would read every row due
+    # later (sleeping workflows, delayed tasks, retry waits) of a priority before it could
+    # reach the next one, whenever the queue has fewer due rows than asked for. The nested
+    # loop yields the rows in (priority desc, due_at, seq) order, with no sort: the outer
+    # LIMIT stops it, so no row past the last claimed is locked and no priority past it read.
+    # In the LATERAL the queue is an array of one and the ORDER BY names it: with queue and
+    # priority both equalities, PostgreSQL drops them from the order, which
+    # ix_tasks_claimable (due_at, seq) then gives as well, and may walk that index through
+    # every queue's due rows; an array is no equality to the planner, so only the claim's
+    # index gives (queue, due_at, seq), while the scan still takes it as one.
     def arm(k: int) -> str:
+        claimable = f"key_waiting = 0 AND {CLAIMABLE_SQL}"
         return (
+            f"WITH RECURSIVE prios(p) AS (SELECT {MAX_PRIORITY + 1} "
+            f"UNION ALL SELECT (SELECT priority FROM tasks WHERE queue = :q{k} AND {claimable} "
+            "AND priority < p ORDER BY priority DESC LIMIT 1) FROM prios WHERE p IS NOT NULL) "
+            "SELECT t.id, t.priority, t.due_at, t.seq FROM prios CROSS JOIN LATERAL ("
             "SELECT id, priority, due_at, seq FROM tasks "
-            f"WHERE queue = :q{k} AND key_waiting = 0 AND {CLAIMABLE_SQL} AND due_at <= :now "
-            f"{names_in(names)} {LOCKED_FIRST if keyed else ''}"
-            f"ORDER BY priority DESC, due_at, seq LIMIT :l{k} FOR UPDATE SKIP LOCKED"
+            f"WHERE queue = ANY(ARRAY[CAST(:q{k} AS text)]) AND {claimable} AND priority = p "
+            f"AND due_at <= :now {names_in(names)} {LOCKED_FIRST if keyed else ''}"
+            f"ORDER BY queue, due_at, seq LIMIT :l{k} FOR UPDATE SKIP LOCKED) t "
+            f"WHERE p <= {MAX_PRIORITY} LIMIT :l{k}"
         )
 
     ctes = [KEYED_QUEUES] if keyed else []

@@ -67,18 +67,31 @@ log = logging.getLogger("durablesched.store")
 def _claim(arms: int, names: int) -> str:
     """The claim from ``arms`` queues, best (priority desc, due_at, seq) first."""
 
-    # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer
-    # another index and sort; the claim must always walk this one, a queue at a time.
+    # A skip scan of each queue's claimable rows, a priority at a time: ``prios`` walks the
+    # priorities present, highest first (a seek each), and for each the rows of that priority
+    # due now are read in (due_at, seq) order, up to the first not yet due. One walk of the
+    # whole index would read every row due later (sleeping workflows, delayed tasks, retry
+    # waits) of a priority before it could reach the next one, whenever the queue has fewer
+    # due rows than asked for. CROSS JOIN keeps ``prios`` the outer loop: the rows come out
+    # in (priority desc, due_at, seq) order, with no sort, and the LIMIT stops the walk.
+    # INDEXED BY: with statistics (ANALYZE, PRAGMA optimize) SQLite may prefer another index
+    # and sort; the claim must always walk this one, a queue at a time.
     def arm(k: int) -> str:
+        queue = f"queue = :q{k} AND key_waiting = 0 AND {CLAIMABLE_SQL}"
+        index = "tasks INDEXED BY ix_tasks_queue_claimable"
         return (
-            "SELECT id, priority, due_at, seq FROM tasks INDEXED BY ix_tasks_queue_claimable "
-            f"WHERE queue = :q{k} AND key_waiting = 0 AND {CLAIMABLE_SQL} AND due_at <= :now "
-            f"{names_in(names)} "
-            f"ORDER BY priority DESC, due_at, seq LIMIT :l{k}"
+            "WITH RECURSIVE prios(p) AS ("
+            f"SELECT (SELECT priority FROM {index} WHERE {queue} ORDER BY priority DESC LIMIT 1) "
+            f"UNION ALL SELECT (SELECT priority FROM {index} WHERE {queue} AND priority < p "
+            "ORDER BY priority DESC LIMIT 1) FROM prios WHERE p IS NOT NULL) "
+            f"SELECT id, priority, due_at, seq FROM prios CROSS JOIN {index} "
+            f"WHERE {queue} AND priority = p AND due_at <= :now {names_in(names)} LIMIT :l{k}"
         )
 
     if arms == 1:
-        picked = arm(0).replace("SELECT id, priority, due_at, seq", "SELECT id", 1)
+        picked = arm(0).replace(
+            "SELECT id, priority, due_at, seq FROM prios", "SELECT id FROM prios", 1
+        )
     else:
         union = " UNION ALL ".join(f"SELECT * FROM ({arm(k)})" for k in range(arms))
         picked = f"SELECT id FROM ({union}) ORDER BY priority DESC, due_at, seq LIMIT :limit"
