@@ -77,6 +77,28 @@ def test_concurrency_per_key_of_two_and_the_global_limit_on_top(store: BackendSt
     assert take(store, when=22) == []  # a: 2 running + b: 1 running = 3
 
 
+def test_one_claim_counts_each_key_it_takes_and_gives_each_its_next_head(
+    store: BackendStore,
+) -> None:
+    # One claim takes heads of several keys in two queues (one key name in both, counted
+    # apart); a key with room gets its next head at once, a key at its limit none.
+    store.put_queue(QueueLimits("sync", concurrency_per_key=2), T0)
+    store.put_queue(QueueLimits("other", concurrency_per_key=1), T0)
+    a = ids_of(store, [new("a") for _ in range(3)])
+    b = ids_of(store, [new("b", due=11) for _ in range(3)])
+    c = ids_of(store, [new("c", due=12) for _ in range(3)])
+    o = ids_of(store, [new("a", due=13, queue="other") for _ in range(2)])
+    assert sorted(take(store)) == [a[0], b[0], c[0], o[0]]
+    assert sorted(take(store)) == [a[1], b[1], c[1]]
+    assert take(store) == []  # every key at its limit
+    keys_at_limit = {q["name"]: q["keys_at_limit"] for q in store.queue_info(at(20))}
+    assert (keys_at_limit["sync"], keys_at_limit["other"]) == (3, 1)
+    finish(store, a[0])
+    finish(store, o[0])
+    assert sorted(take(store, when=22)) == [a[2], o[1]]
+    assert take(store, when=22) == []
+
+
 def test_a_failed_attempt_frees_its_key_and_its_retry_waits_its_turn(store: BackendStore) -> None:
     store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
     first, second = ids_of(store, [new("a"), new("a", due=15)])

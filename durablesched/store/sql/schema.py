@@ -119,7 +119,8 @@ Index(
     sqlite_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
     postgresql_where=text(f"idempotency_key IS NOT NULL AND {KEY_HOLDING_SQL}"),
 )
-#: A limit key's claimable tasks in the order its head is chosen (the triggers).
+#: A limit key's claimable tasks in the order its head is chosen (the triggers); on
+#: SQLite its waiting ones only (migration 0019: a claim of a head leaves it alone).
 Index(
     "ix_tasks_key_claimable",
     tasks.c.queue,
@@ -127,7 +128,7 @@ Index(
     tasks.c.due_at,
     tasks.c.priority.desc(),
     tasks.c.seq,
-    sqlite_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
+    sqlite_where=text(f"limit_key IS NOT NULL AND key_waiting = 1 AND {CLAIMABLE_SQL}"),
     postgresql_where=text(f"limit_key IS NOT NULL AND {CLAIMABLE_SQL}"),
 )
 #: At most one task per debounce key: a submit with the key updates it instead.

@@ -171,7 +171,8 @@ SQL_FREE_KEY = text(
 )
 SQL_TOUCH_KEY = text(
     "UPDATE tasks SET state = state WHERE id = (SELECT id FROM tasks WHERE queue = :queue "
-    f"AND limit_key = :key AND {CLAIMABLE_SQL} ORDER BY due_at, priority DESC, seq LIMIT 1)"
+    f"AND limit_key = :key AND limit_key IS NOT NULL AND key_waiting = 1 AND {CLAIMABLE_SQL} "
+    "ORDER BY due_at, priority DESC, seq LIMIT 1)"
 )
 #: ... each start remembered, the older ones forgotten, the window's counted ...
 SQL_REMEMBER_KEY_START = text(
