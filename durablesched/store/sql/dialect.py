@@ -125,6 +125,15 @@ class SQLDialect:
     #: if it was. One round trip a step where each costs one (PostgreSQL); None: the
     #: two statements of :mod:`.workflows` (SQLite: in-process, nothing to save).
     record_step: TextClause | None = None
+    #: A wait taking its signal in one statement (``Store.receive_signal``): one row of
+    #: ``valid``, ``free`` (no step at the wait's position), ``found`` (a signal waited)
+    #: and the taken signal's ``id`` and ``payload`` (NULL if none was taken). None: the
+    #: statements of :mod:`.workflows` (SQLite: in-process, nothing to save).
+    receive_signal: TextClause | None = None
+    #: A signal kept and its task woken if it waits for it, with :attr:`notify` then, in
+    #: one statement run once the task's row is locked: a row of the signal's ``id`` and
+    #: ``woken``. None: the statements of :mod:`.signals` (SQLite).
+    deliver_signal: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):
