@@ -140,6 +140,10 @@ class SQLDialect:
     #: wakes the handles waiting on them elsewhere (``Store.watch_finished``). As the
     #: driver takes it (a group commit runs it).
     notify_finished: str | None = None
+    #: :attr:`wake_parents` and :attr:`notify_finished` in one statement (``:ids``,
+    #: ``:now``, and ``:payload``: what :attr:`notify_finished` takes as ``:ids``), one
+    #: round trip less for every transaction that ends tasks. None: the two apart.
+    wake_parents_and_notify: str | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
     #: Where no INSERT trigger on tasks keeps a new task's limit key (SQLite, migration

@@ -302,6 +302,13 @@ DELIVER_SIGNAL = (
 #: transaction finished, by id, joined by commas ('' for "some": too many to name).
 FINISHED_CHANNEL = "durablesched_finished"
 NOTIFY_FINISHED = pyformat(f"SELECT pg_notify('{FINISHED_CHANNEL}', :ids)")
+#: The ended children's parents woken (``statements.wake_parents``, its rows locked
+#: already: ``LOCK_TASKS``) and the waiting handles told, in one statement: the
+#: data-modifying WITH runs whatever the SELECT reads.
+WAKE_PARENTS_AND_NOTIFY = pyformat(
+    f"WITH woken AS ({wake_parents('child_id = ANY(CAST(:ids AS BIGINT[]))')}) "
+    f"SELECT pg_notify('{FINISHED_CHANNEL}', :payload)"
+)
 #: The server's clock, which every host's leases are judged by.
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
 
@@ -440,6 +447,7 @@ POSTGRES = SQLDialect(
     deliver_signal=text(DELIVER_SIGNAL),
     notify=text(NOTIFY),
     notify_finished=NOTIFY_FINISHED,
+    wake_parents_and_notify=WAKE_PARENTS_AND_NOTIFY,
     writes_history=True,
     borrowed_problem=borrowed_problem,
 )
