@@ -120,12 +120,26 @@ class GroupCommit:
             self._ahead.ended(time.monotonic() - running.started)
         with self._changed:
             self._pending.append((running, outcome))
-            if self.detached:
+            if self.detached and not self._alone():
                 self._changed.notify_all()  # the committer records it
                 return
             if len(self._pending) >= len(self._active):
                 self._changed.notify_all()  # a leader waiting for the last one can go
-        self.drain()
+        if not self.drain() and self.detached:
+            with self._changed:
+                self._changed.notify_all()  # it failed (kept, see ``error``): the committer retries
+
+    def _alone(self) -> bool:
+        """The attempt handing its outcome over is all this worker holds, and no commit is
+        under way (call with the slots' lock held): its thread has nothing else to run,
+        so it records the outcome itself (an idle worker's task, a signalled workflow's
+        resumption: no hand-off to the committer's thread to wait for)."""
+        return (
+            len(self._active) == 1
+            and len(self._pending) == 1
+            and not self._starts
+            and not self._flush_lock.locked()
+        )
 
     def drain(self, *, wait: bool = False) -> bool:
         """Group commit: whichever thread gets here first records everything pending.

@@ -2,9 +2,11 @@
 
 Started by ``Worker.run`` when the worker claims ahead (``ahead > 0``), stopped
 as the loop ends. A task thread hands its outcome over and takes its next
-claim at once (one waiting ahead, if any); this thread leads every group
-commit (:class:`GroupCommit`), whose transaction also claims into the room the
-outcomes free and ahead of it. No lock is held while it records.
+claim at once (one waiting ahead, if any); this thread leads the group commits
+(:class:`GroupCommit`), whose transaction also claims into the room the
+outcomes free and ahead of it: all but one whose attempt was all the worker
+held, recorded by its own thread (it has nothing else to run). No lock is held
+while it records.
 """
 
 from __future__ import annotations

@@ -114,7 +114,9 @@ class Leases:
             if status is None:
                 if running.ended:
                     continue  # recorded by a group commit while this heartbeat ran
-                if not running.signals.lease_lost:
+                # A durable wait that gave the claim back itself (its attempt ends) lost
+                # nothing: no warning, though it is marked as any claim no longer held.
+                if not running.signals.lease_lost and not running.context.suspended:
                     log.warning(
                         "lease lost: task %s (%s) attempt %s; its outcome will be discarded",
                         task_id,

@@ -64,7 +64,8 @@ class Worker:
     Outcomes are group-committed: every outcome pending in one transaction
     (waiting up to ``commit_delay`` for the tasks still running here) that
     also claims into the freed slots. With ``ahead`` > 0 (8 by default) a
-    committer thread records them, and the worker holds up to ``ahead`` claims
+    committer thread records them (an attempt that is all the worker holds records
+    its own), and the worker holds up to ``ahead`` claims
     beyond its slots, waiting for a slot: no more than it starts within
     ``ahead_window`` seconds at its recent rate (none for long tasks), never
     from a queue with a stored limit. ``ahead=0`` claims only into free slots

@@ -21,7 +21,10 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
         dbos_rounds=2,
     )["sqlite"]
     assert figures["steps"]["steps_per_s"] > 0 and figures["steps"]["step_cost_ratio"] > 0
-    assert figures["signal"]["p50_ms"] > 0
+    signal = figures["signal"]
+    assert signal["p50_ms"] > 0 and signal["samples"] == 4 * workflows.SIGNAL_ROUNDS
+    assert len(signal["rounds_p50_ms"]) == workflows.SIGNAL_ROUNDS
+    assert signal["started"]["p50_ms"] <= signal["resumed"]["p50_ms"] <= signal["p50_ms"]
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
     assert figures["sleeping"]["ratio"] > 0 and figures["sleeping"]["ask_ratio"] > 0
     waiting = figures["waiting"]
@@ -36,3 +39,18 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
         assert len(dbos["ours_per_round"]) == len(dbos["defaults_per_round"]) == 2
     else:
         assert "skipped" in figures["dbos"]
+
+
+def test_only_the_signal_figure(tmp_path: Path) -> None:
+    figures = workflows.run(
+        {"sqlite": str(tmp_path / "w.db")},
+        workflows=1,
+        steps=1,
+        sleeping=1,
+        rounds=3,
+        recorded=1,
+        only="signal",
+        signal_rounds=2,
+    )["sqlite"]
+    assert list(figures) == ["signal"]
+    assert figures["signal"]["samples"] == 6 and len(figures["signal"]["rounds_p99_ms"]) == 2

@@ -252,6 +252,28 @@ def test_a_claim_ahead_comes_after_the_claim_and_never_from_a_limited_queue(
     assert [(c.task_id, c.started_at) for c in claims] == [(more[0], None), (more[1], None)]
 
 
+def test_a_claim_short_of_its_slots_still_claims_ahead_from_a_queue_not_drained(
+    store: BackendStore,
+) -> None:
+    """A claim that took fewer than its slots skips the claim ahead only where every queue
+    that claim would ask was drained: a queue whose own share was filled, or that was given
+    no share, still gives claims ahead. Fails with the short claim alone taken as drained."""
+    mail = ids_of(store, [new(queue="mail") for _ in range(3)])
+    claims = store.claim("w", 2, at(20), LEASE, queues={"mail": 1, "jobs": 1}, ahead=2)
+    # One of two slots filled (jobs is empty), but mail's share was full: it has more.
+    assert [(c.task_id, c.started_at) for c in claims] == [
+        (mail[0], at(20)),
+        (mail[1], None),
+        (mail[2], None),
+    ]
+    more = ids_of(store, [new(queue="mail") for _ in range(2)])
+    claims = store.claim("w", 1, at(20), LEASE, queues={"mail": 0, "jobs": 1}, ahead=2)
+    # The slot's queue is empty; mail had no share of the slot, and gives both ahead.
+    assert [(c.task_id, c.started_at) for c in claims] == [(more[0], None), (more[1], None)]
+    # Nothing left anywhere: a short claim, and none ahead.
+    assert store.claim("w", 1, at(20), LEASE, ahead=2) == []
+
+
 def test_a_group_commit_claims_ahead_in_its_transaction(store: BackendStore) -> None:
     first, *rest = ids_of(store, [new() for _ in range(4)])
     (claim,) = store.claim("w", 1, at(20), LEASE)

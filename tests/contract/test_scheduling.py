@@ -25,6 +25,7 @@ from durablesched import (
     Worker,
 )
 from durablesched.testing import run_due, run_until_complete
+from durablesched.workflows.steps import FOREVER
 
 from ..conftest import WAIT, at
 
@@ -319,6 +320,29 @@ def test_a_heartbeat_that_overlaps_a_recorded_success_loses_no_lease(
         worker.heartbeat()
     assert scheduler.get(task_id).state is TaskState.SUCCEEDED
     assert not running.context.lease_lost
+    assert "lease lost" not in caplog.text
+
+
+def test_a_heartbeat_after_a_suspension_committed_reports_no_lost_lease(
+    scheduler: Scheduler,
+    registry: TaskRegistry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A workflow's durable wait gives its claim back itself (``Store.suspend``), then
+    its attempt ends: a heartbeat in between no longer finds the claim, and that is no
+    lost lease (it was logged as one, "its outcome will be discarded", after a
+    suspension). Fails with the suspended attempt not told from a lost one."""
+    registry.task("flow")(lambda: None)
+    task_id = scheduler.submit("flow")
+    worker = Worker(scheduler, concurrency=1, lease=30, owner="w")
+    now = scheduler.clock.now()
+    (claim,) = scheduler.store.claim("w", 1, now, timedelta(seconds=30))
+    running = worker._register(claim)
+    scheduler.store.suspend(claim, FOREVER, now, detail="waiting for signal 'go'", signal="go")
+    running.context.suspended = True  # as ctx.wait_for_signal marks it, then raises
+    with caplog.at_level(logging.WARNING, logger="durablesched"):
+        worker.heartbeat()
+    assert scheduler.get(task_id).state is TaskState.PENDING
     assert "lease lost" not in caplog.text
 
 

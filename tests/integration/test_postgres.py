@@ -22,6 +22,7 @@ from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
 from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.urls import postgres_url
+from durablesched.workflows.steps import FOREVER
 
 from ..conftest import PG_URL, T0, WAIT, at, require_postgres
 
@@ -206,6 +207,32 @@ def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
             # Not yet: NOTIFY is delivered when the transaction commits.
             assert not woke.is_set()
         assert woke.wait(WAIT)
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
+def test_a_signal_that_wakes_a_waiting_workflow_wakes_a_listening_watcher(
+    pg_database: str,
+) -> None:
+    """The signal's one statement (``DELIVER_SIGNAL``) makes the workflow due and tells
+    idle workers on commit: fails with the NOTIFY left out of it (a worker elsewhere
+    would claim the workflow only at its safety poll)."""
+    store = PostgresStore(pg_database)
+    other = PostgresStore(pg_database)
+    now = datetime.now(UTC)
+    (sub,) = store.submit([NewTask("flow", {}, now, 3, None)], now)
+    (claim,) = store.claim("w", 1, now, timedelta(seconds=30))
+    store.suspend(claim, FOREVER, now, detail="waiting for signal 'go'", signal="go")
+    watcher = store.watch_changes(safety_poll=None)  # listening from here on
+    woke = threading.Event()
+    watcher.start(lambda error: woke.set() if error is None else None)
+    try:
+        Scheduler(other).signal(sub.task_id, "go", {"by": "ada"})
+        assert woke.wait(WAIT)
+        task = store.get(sub.task_id)
+        assert task is not None and task.due_at <= datetime.now(UTC)
     finally:
         watcher.close()
         other.close()

@@ -186,3 +186,39 @@ def test_a_move_handing_over_a_child_and_a_success_signalling_it_do_not_deadlock
         holder.close()
     record = a.get(child)
     assert record is not None and record.state is TaskState.CANCELLED
+
+
+def test_a_wait_whose_position_was_taken_while_it_waited_takes_no_signal(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """``receive_signal`` is one statement on PostgreSQL, its snapshot taken before it
+    waits for the task's row: a step recorded at the wait's position by the transaction
+    it waited for is not seen by its check, but its insert finds it. The signal is then
+    left untaken and the wait refused, never taken without its step (lost to every later
+    wait). Fails with the signal taken whether or not the step went in, or with such a
+    wait answered "no signal" instead of refused."""
+    store, _ = stores
+    store.submit([NewTask("wf", {}, T0, 3, None)], T0)
+    (claim,) = store.claim("w", 1, at(11), LEASE, ["wf"])
+    assert store.record_step(claim, 0, "wait:go", None, at(11))
+    store.send_signal(claim.task_id, "go", {"by": "ada"}, at(11))
+    got: list[object] = []
+    with store.engine.connect() as holder:
+        holder.execute(text("UPDATE tasks SET fence = fence WHERE id = :id"), {"id": claim.task_id})
+        holder.execute(
+            text(
+                "INSERT INTO task_steps (task_id, position, name, result, recorded_at, attempt) "
+                "VALUES (:id, 1, 'signal:go', NULL, now(), 1)"
+            ),
+            {"id": claim.task_id},
+        )
+        taker = threading.Thread(
+            target=lambda: got.append(store.receive_signal(claim, 1, "signal:go", "go", at(12)))
+        )
+        taker.start()
+        _until_waiting(store, 1, "the wait queued for the task's row")
+        holder.commit()
+    taker.join(WAIT)
+    assert got == [None]
+    (signal,) = store.signals(claim.task_id)
+    assert signal.consumed_position is None

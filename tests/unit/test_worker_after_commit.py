@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 from durablesched import (
@@ -15,7 +16,7 @@ from durablesched import (
     Worker,
 )
 
-from ..conftest import T0
+from ..conftest import T0, WAIT
 
 
 def test_the_hook_hears_each_outcome_after_its_commit() -> None:
@@ -65,3 +66,47 @@ def test_a_hook_that_raises_changes_nothing() -> None:
     Worker(scheduler, after_commit=after_commit).run(burst=True, burst_wait=0)
     assert sorted(calls) == ids
     assert all(scheduler.get(i).state is TaskState.SUCCEEDED for i in ids)
+
+
+def test_an_idle_workers_only_attempt_records_its_own_outcome() -> None:
+    """With claims ahead a committer thread records outcomes, so that task threads never
+    wait; but a thread whose attempt is all the worker holds has nothing else to run,
+    and records its outcome itself: no hand-off to wait for (a signalled workflow's
+    resumption on an idle worker). With another attempt running, the committer records
+    it. Fails with every outcome handed over (first half) or none (second)."""
+    registry = TaskRegistry()
+    scheduler = Scheduler(MemoryStore(), registry=registry)
+    release = threading.Event()
+    registry.task("quick")(lambda: None)
+
+    @registry.task("block")
+    def block() -> None:
+        assert release.wait(WAIT)
+
+    threads: dict[int, str] = {}
+    told = threading.Condition()
+
+    def after_commit(outcome: Outcome, state: TaskState | None, at: datetime) -> None:
+        with told:
+            threads[outcome.claim.task_id] = threading.current_thread().name
+            told.notify_all()
+
+    worker = Worker(scheduler, concurrency=2, after_commit=after_commit, ahead=8)
+    worker.start()
+    try:
+        alone = scheduler.submit("quick")
+        with told:
+            assert told.wait_for(lambda: alone in threads, WAIT)
+        assert threads[alone].startswith("durablesched-task_")
+        blocking = scheduler.submit("block")
+        assert worker.wait_running(1, WAIT)
+        beside = scheduler.submit("quick")
+        with told:
+            assert told.wait_for(lambda: beside in threads, WAIT)
+        assert threads[beside].startswith("durablesched-commit-")
+        release.set()
+        with told:
+            assert told.wait_for(lambda: blocking in threads, WAIT)
+    finally:
+        release.set()
+        worker.stop(WAIT)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +54,7 @@ def claim_rows(
     lease: timedelta,
     names: Collection[str] | None,
     process_names: Collection[str] = (),
+    stored: dict[str, QueueLimits],
     queues: Mapping[str, int] | None = None,
     ahead: bool = False,
 ) -> list[Any]:
@@ -62,12 +64,12 @@ def claim_rows(
     Up to ``queues[q]`` tasks from each queue ``q`` (or from every queue, without
     ``queues``), ``limit`` in all, each queue within the limits stored for it.
     With ``ahead`` (a claim ahead: not started), only from queues with no stored limit,
-    and ``started_at`` left NULL.
+    and ``started_at`` left NULL. ``stored``: the queues' limits, as read in this
+    transaction (:func:`read_limits`).
     """
     if names is not None and not names:
         return []  # no name qualifies (and ``IN ()`` is no SQL)
     stamp = tx._t(now)
-    stored = _stored_limits(tuple(tx._rows(conn, tx.dialect.prepared(QUEUE_ROWS), {})))
     wanted = {q: limit for q in stored} if queues is None else {q: n for q, n in queues.items()}
     if ahead:
         # A claim ahead waits in the worker: a limited queue's concurrency or rate
@@ -118,6 +120,11 @@ def claim_rows(
             [(r[0], stamp, "RUNNING", r[4], detail + r[9]) for r in rows],
         )
     return rows
+
+
+def read_limits(tx: Transactions, conn: Connection) -> dict[str, QueueLimits]:
+    """The limits of every queue, read in ``conn``'s transaction."""
+    return _stored_limits(tuple(tx._rows(conn, tx.dialect.prepared(QUEUE_ROWS), {})))
 
 
 def _counted_per_key(
@@ -266,7 +273,13 @@ def claim_with_ahead(
     queues: Mapping[str, int] | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """The claim into ``limit`` free slots, then up to ``ahead`` more to wait in the worker
-    (from queues with no stored limit only), in ``conn``'s transaction: the two row lists."""
+    (from queues with no stored limit only), in ``conn``'s transaction: the two row lists.
+    The queues' limits are read once, for both: one statement less, as if the claim
+    ahead had followed the other at once (a limit stored in between counts from the
+    next claim, as one stored just after this transaction would)."""
+    if (names is not None and not names) or (limit <= 0 and ahead <= 0):
+        return [], []  # no name qualifies, or no room
+    stored = read_limits(tx, conn)
     rows = (
         claim_rows(
             tx,
@@ -278,6 +291,7 @@ def claim_with_ahead(
             names=names,
             process_names=process_names,
             queues=queues,
+            stored=stored,
         )
         if limit > 0
         else []
@@ -294,11 +308,25 @@ def claim_with_ahead(
             process_names=process_names,
             queues=None if queues is None else {q: ahead for q in queues},
             ahead=True,
+            stored=stored,
         )
-        if ahead > 0
+        if ahead > 0 and not _ran_out(rows, limit, queues)
         else []
     )
     return rows, waiting
+
+
+def _ran_out(rows: list[Any], limit: int, queues: Mapping[str, int] | None) -> bool:
+    """The claim into free slots took fewer than it could from every queue a claim ahead
+    would ask: no other task was claimable there, and a claim ahead now would find none
+    (an idle worker's claim is one statement, not two; what commits meanwhile wakes it
+    anew). A queue given no share (``n`` 0) was not asked: the claim ahead asks it."""
+    if limit <= 0 or len(rows) >= limit:
+        return False
+    if queues is None:
+        return True  # each queue's share was the whole limit
+    taken = Counter(r[9] for r in rows)
+    return all(taken[q] < min(n, limit) for q, n in queues.items())
 
 
 def record_starts(

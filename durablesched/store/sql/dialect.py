@@ -125,12 +125,25 @@ class SQLDialect:
     #: if it was. One round trip a step where each costs one (PostgreSQL); None: the
     #: two statements of :mod:`.workflows` (SQLite: in-process, nothing to save).
     record_step: TextClause | None = None
+    #: A wait taking its signal in one statement (``Store.receive_signal``): one row of
+    #: ``valid``, ``free`` (no step at the wait's position), ``found`` (a signal waited)
+    #: and the taken signal's ``id`` and ``payload`` (NULL if none was taken). None: the
+    #: statements of :mod:`.workflows` (SQLite: in-process, nothing to save).
+    receive_signal: TextClause | None = None
+    #: A signal kept and its task woken if it waits for it, with :attr:`notify` then, in
+    #: one statement run once the task's row is locked: a row of the signal's ``id`` and
+    #: ``woken``. None: the statements of :mod:`.signals` (SQLite).
+    deliver_signal: TextClause | None = None
     #: Run in a transaction whose commit should wake idle workers elsewhere.
     notify: TextClause | None = None
     #: Run in a transaction that finished tasks (``:ids``, their ids joined by commas):
     #: wakes the handles waiting on them elsewhere (``Store.watch_finished``). As the
     #: driver takes it (a group commit runs it).
     notify_finished: str | None = None
+    #: :attr:`wake_parents` and :attr:`notify_finished` in one statement (``:ids``,
+    #: ``:now``, and ``:payload``: what :attr:`notify_finished` takes as ``:ids``), one
+    #: round trip less for every transaction that ends tasks. None: the two apart.
+    wake_parents_and_notify: str | None = None
     #: The claim and group-commit statements write their own history lines and keys.
     writes_history: bool = False
     #: Where no INSERT trigger on tasks keeps a new task's limit key (SQLite, migration

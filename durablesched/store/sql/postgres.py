@@ -215,6 +215,34 @@ RECORD_STEP = (
     "FROM valid ON CONFLICT (task_id, position) DO NOTHING RETURNING position"
 )
 
+#: A wait taking its signal (``Dialect.receive_signal``), in one round trip instead of
+#: five: the claim's row locked and checked as ``workflows.SQL_LOCK_VALID`` does, the
+#: wait's position checked free, the oldest signal of the name no wait took locked, the
+#: step recorded with its payload and the signal marked taken only if the step went in.
+#: One row: ``valid`` (the claim held), ``free`` (no step at the position), ``found`` (a
+#: signal waited), and its ``id`` and ``payload`` (JSON text) if it was taken (with its
+#: step: not if a step took the position meanwhile).
+#: A signal committed while this waited for the task's row is not seen (the statement's
+#: snapshot is older): the wait then suspends, and the suspension finds it
+#: (``workflows.SQL_DUE_IF_SIGNALLED``), as with one sent a moment later.
+RECEIVE_SIGNAL = (
+    f"WITH valid AS (UPDATE tasks SET fence = fence WHERE {VALID} RETURNING id), "
+    "free AS (SELECT v.id FROM valid v WHERE NOT EXISTS (SELECT 1 FROM task_steps s "
+    "WHERE s.task_id = v.id AND s.position = :position)), "
+    "sig AS (SELECT s.id, s.payload FROM task_signals s JOIN free f ON s.task_id = f.id "
+    "WHERE s.name = :name AND s.consumed_position IS NULL ORDER BY s.id LIMIT 1 "
+    "FOR UPDATE OF s), "
+    "step AS (INSERT INTO task_steps (task_id, position, name, result, recorded_at, attempt) "
+    "SELECT :id, :position, CAST(:step AS text), jsonb_build_object('payload', sig.payload), "
+    ":now, :attempt FROM sig ON CONFLICT (task_id, position) DO NOTHING RETURNING task_id), "
+    "taken AS (UPDATE task_signals SET consumed_at = :now, consumed_position = :position "
+    "FROM sig, step WHERE task_signals.id = sig.id AND task_signals.consumed_position IS NULL "
+    "RETURNING task_signals.id, task_signals.payload) "
+    "SELECT EXISTS (SELECT 1 FROM valid) AS valid, EXISTS (SELECT 1 FROM free) AS free, "
+    "EXISTS (SELECT 1 FROM sig) AS found, (SELECT id FROM taken) AS id, "
+    "(SELECT payload FROM taken) AS payload"
+)
+
 #: Every claim still held, extended in one statement (``:fences``: JSON {task id:
 #: fence}). Rows are locked in id order first, as every multi-row write here
 #: does, so that a heartbeat and a group commit of the same tasks cannot deadlock.
@@ -273,10 +301,33 @@ LOCK_RECEIVING = (
 CHANNEL = "durablesched"
 #: Wake every listening worker once this transaction commits.
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+#: A signal kept and its waiting task woken (``Dialect.deliver_signal``), in one round
+#: trip instead of three, after the task's row was locked by a statement of its own (so
+#: that this one's snapshot sees a suspension that committed while the lock was
+#: awaited: its wait, which this wakes). The signal inserted; the task due now if it
+#: waits for it, and then the idle workers told on commit (``NOTIFY``). Its row: the
+#: signal's ``id``, and ``woken``.
+DELIVER_SIGNAL = (
+    "WITH sig AS (INSERT INTO task_signals (task_id, name, payload, sent_at) "
+    "VALUES (:id, CAST(:name AS text), CAST(:payload AS jsonb), :now) RETURNING id), "
+    "woken AS (UPDATE tasks SET due_at = :now, updated_at = :now "
+    "WHERE id = :id AND state = 'PENDING' AND due_at > :now "
+    "AND EXISTS (SELECT 1 FROM task_waits w WHERE w.task_id = :id AND w.signal = :name) "
+    "RETURNING id) "
+    "SELECT (SELECT id FROM sig) AS id, "
+    f"(SELECT count(pg_notify('{CHANNEL}', '')) FROM woken) > 0 AS woken"
+)
 #: The channel waiting task handles LISTEN on: each notification names the tasks its
 #: transaction finished, by id, joined by commas ('' for "some": too many to name).
 FINISHED_CHANNEL = "durablesched_finished"
 NOTIFY_FINISHED = pyformat(f"SELECT pg_notify('{FINISHED_CHANNEL}', :ids)")
+#: The ended children's parents woken (``statements.wake_parents``, its rows locked
+#: already: ``LOCK_TASKS``) and the waiting handles told, in one statement: the
+#: data-modifying WITH runs whatever the SELECT reads.
+WAKE_PARENTS_AND_NOTIFY = pyformat(
+    f"WITH woken AS ({wake_parents('child_id = ANY(CAST(:ids AS BIGINT[]))')}) "
+    f"SELECT pg_notify('{FINISHED_CHANNEL}', :payload)"
+)
 #: The server's clock, which every host's leases are judged by.
 SQL_SERVER_TIME = text("SELECT clock_timestamp()")
 
@@ -411,8 +462,11 @@ POSTGRES = SQLDialect(
     lock_keyed_tasks=text(LOCK_KEYED_TASKS),
     lock_tasks=LOCK_TASKS,
     record_step=text(RECORD_STEP),
+    receive_signal=text(RECEIVE_SIGNAL),
+    deliver_signal=text(DELIVER_SIGNAL),
     notify=text(NOTIFY),
     notify_finished=NOTIFY_FINISHED,
+    wake_parents_and_notify=WAKE_PARENTS_AND_NOTIFY,
     writes_history=True,
     borrowed_problem=borrowed_problem,
 )

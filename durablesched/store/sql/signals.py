@@ -45,6 +45,9 @@ def deliver(tx: Transactions, conn: Connection, sent: SignalSend, now: datetime)
         raise TaskNotFoundError(f"no task with id {task_id}")
     if TaskState(state) in TERMINAL:
         raise InvalidTransitionError(f"task {task_id} is {state}: a finished task takes no signal")
+    if tx.dialect.deliver_signal is not None:  # the three statements in one round trip
+        kept: int = conn.execute(tx.dialect.deliver_signal, params).one().id
+        return kept
     signal_id: int = conn.execute(SQL_INSERT_SIGNAL, params).scalar_one()
     if conn.execute(SQL_WAKE_WAITING, params).first() is not None:
         tx._wake_others(conn)

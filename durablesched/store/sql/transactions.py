@@ -324,17 +324,19 @@ class Transactions:
         if not ids:
             return
         # The ids as one parameter, however many (a reclaim may end any number).
-        self._rows(
-            conn, self.dialect.wake_parents, {"ids": self.dialect.ids(ids), "now": self._t(now)}
-        )
+        params = {"ids": self.dialect.ids(ids), "now": self._t(now)}
         sql = self.dialect.notify_finished
         if sql is None:
+            self._rows(conn, self.dialect.wake_parents, params)
             return
         payload = ",".join(map(str, ids))
-        if not payload:
-            return
         if len(payload) > FINISHED_PAYLOAD:
             payload = ""  # too many to name: the listeners read every task they wait on
+        both = self.dialect.wake_parents_and_notify
+        if both is not None:
+            self._rows(conn, both, {**params, "payload": payload})
+            return
+        self._rows(conn, self.dialect.wake_parents, params)
         self._rows(conn, sql, {"ids": payload})
 
     def _event(  # noqa: PLR0917 - one history line's fields, always given in this order

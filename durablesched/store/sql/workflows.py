@@ -31,6 +31,7 @@ from durablesched.store.sql.signals import deliver
 from durablesched.store.sql.statements import VALID
 from durablesched.store.sql.submitting import insert
 from durablesched.store.sql.transactions import Transactions
+from durablesched.store.sql.translate import translated
 
 #: The claim's task, locked (PostgreSQL: a reclaim waits for this transaction, and one
 #: that committed first makes this find no row) and checked valid; changes nothing.
@@ -100,8 +101,8 @@ SQL_GIVE_BACK_SIGNALS = text(
     "UPDATE task_signals SET consumed_at = NULL, consumed_position = NULL "
     "WHERE task_id = :id AND consumed_position >= :position"
 )
-#: A task's checkpoints, by position.
-SQL_STEPS = text(
+#: A task's checkpoints, by position (read alone: ``steps``).
+STEPS = (
     "SELECT task_id, position, name, result, recorded_at, attempt FROM task_steps "
     "WHERE task_id = :id ORDER BY position"
 )
@@ -187,6 +188,12 @@ def receive_signal(  # noqa: PLR0917 - the protocol's arguments, in its order
     """``Store.receive_signal``: the signal taken and its step recorded, together."""
     with tx._write(f"taking signal {name!r} for task {claim.task_id}") as conn:
         params = {**claim_params(tx, claim, now), "position": position, "name": name}
+        if tx.dialect.receive_signal is not None:  # the five statements in one round trip
+            return _received(
+                conn.execute(
+                    tx.dialect.receive_signal, {**params, "step": step, "attempt": claim.attempt}
+                ).one()
+            )
         if conn.execute(SQL_LOCK_VALID, params).first() is None:
             return None
         if conn.execute(SQL_STEP_AT, params).first() is not None:
@@ -207,6 +214,15 @@ def receive_signal(  # noqa: PLR0917 - the protocol's arguments, in its order
         taken = conn.execute(SQL_TAKE_SIGNAL, {**params, "signal": found.id}).rowcount
         assert taken == 1, "the task's row lock makes its consumers take turns"
         return True, payload
+
+
+def _received(row: Any) -> tuple[bool, Any] | None:
+    """What ``Dialect.receive_signal``'s row says, as ``Store.receive_signal`` answers."""
+    if not row.valid or not row.free or (row.found and row.id is None):
+        return None  # not the claim's to take, or its position taken meanwhile
+    if row.id is None:
+        return False, None
+    return True, None if row.payload is None else json.loads(row.payload)
 
 
 def signals(tx: Transactions, task_id: int) -> list[SignalRecord]:
@@ -289,19 +305,22 @@ def children(tx: Transactions, task_id: int) -> list[int]:
 
 
 def steps(tx: Transactions, task_id: int) -> list[StepRecord]:
-    """``Store.steps``."""
-    with tx._read(f"reading the steps of task {task_id}") as conn:
-        rows = conn.execute(SQL_STEPS, {"id": task_id}).all()
+    """``Store.steps``: one statement, no transaction (``Transactions._lone_rows``): every
+    attempt of a workflow reads them at its first step, a resumed one as it starts, and
+    a pool checkout, a BEGIN and a ROLLBACK around it cost more than the read on
+    PostgreSQL. One statement reads one state: the checkpoints as some commit left them."""
+    with translated(f"reading the steps of task {task_id}"):
+        rows = tx._lone_rows(tx.dialect.driver(STEPS), {"id": task_id})
     return [
         StepRecord(
-            r.task_id,
-            r.position,
-            r.name,
-            None if r.result is None else json.loads(r.result),
-            from_db_time(r.recorded_at),
-            r.attempt,
+            task_id,
+            position,
+            name,
+            None if result is None else json.loads(result),
+            from_db_time(recorded_at),
+            attempt,
         )
-        for r in rows
+        for task_id, position, name, result, recorded_at, attempt in rows
     ]
 
 
