@@ -32,6 +32,10 @@
   workflow is) against an empty table, p50 in ms and their ratio: target <= 1.1.
   ``ask_ratio``: the same with the claim asking for 4 (a worker's free slots) while
   one is due (docs/workflows.md: such a claim reads on through the sleeping rows).
+  ``turn_ratio`` and ``turn_ask_ratio``: the same two claims made in turn with a queue
+  of the same table that holds none (after a ``VACUUM ANALYZE`` on PostgreSQL: the new
+  rows' statistics, as autovacuum takes them), so that both share the machine's drift
+  (the table figures are timed minutes apart).
 - ``waiting``: the claim of one due task with N workflows suspended waiting for a
   signal in its queue (``--waiting``, 10,000: each claimed and suspended by
   ``Store.suspend`` with its signal's name, PENDING due at the end of time with its
@@ -423,6 +427,13 @@ def sleeping_claim(db: str, sleeping: int, rounds: int) -> dict[str, float]:
             )
         full = _claim_p50(store, rounds)
         full_ask = _claim_p50(store, max(1, rounds // 10), ask=ASK)
+        # In turn with a queue of the same table that holds none, after what autovacuum
+        # does in time (statistics of the new rows): both claims share the machine's drift.
+        _vacuum(db)
+        queues = [DEFAULT_QUEUE, "bench-no-sleeping"]
+        _interleaved_p50(store, queues, max(1, rounds // 5))  # warm-up, not timed
+        turns = _interleaved_p50(store, queues, rounds)
+        ask_turns = _interleaved_p50(store, queues, max(1, rounds // 5), ask=ASK)
     finally:
         store.close()
     return {
@@ -432,6 +443,8 @@ def sleeping_claim(db: str, sleeping: int, rounds: int) -> dict[str, float]:
         "ask_empty_p50_ms": empty_ask,
         "ask_sleeping_p50_ms": full_ask,
         "ask_ratio": full_ask / empty_ask,
+        "turn_ratio": turns[queues[0]] / turns[queues[1]],
+        "turn_ask_ratio": ask_turns[queues[0]] / ask_turns[queues[1]],
     }
 
 
@@ -498,23 +511,28 @@ def _run(store: Store, queue: str, count: int, *, suspend: bool) -> None:
             store.record_and_claim(outcomes, now, owner="bench", limit=0, lease=lease)
 
 
-def _interleaved_p50(store: Store, queues: list[str], rounds: int) -> dict[str, float]:
-    """The claim of one due task in each of ``queues`` in turn (the order reversed every
-    other turn), ``rounds`` turns: each queue's p50 in ms. Taken in turn, the queues
-    share whatever else the machine and the server do meanwhile."""
+def _interleaved_p50(
+    store: Store, queues: list[str], rounds: int, ask: int = 1
+) -> dict[str, float]:
+    """The claim asking for ``ask`` with one due task in each of ``queues`` in turn (the
+    order reversed every other turn), ``rounds`` turns: each queue's p50 in ms. Taken in
+    turn, the queues share whatever else the machine and the server do meanwhile."""
     times: dict[str, list[float]] = {q: [] for q in queues}
     for turn in range(rounds):
         for queue in queues if turn % 2 == 0 else queues[::-1]:
-            times[queue].append(_claim_in(store, queue))
+            times[queue].append(_claim_in(store, queue, ask))
     return {q: statistics.median(t) for q, t in times.items()}
 
 
-def _claim_in(store: Store, queue: str) -> float:
-    """A due task submitted to ``queue``, then claimed (timed, ms) and completed."""
+def _claim_in(store: Store, queue: str, ask: int = 1) -> float:
+    """A due task submitted to ``queue``, then claimed asking for ``ask`` (timed, ms)
+    and completed."""
     now = datetime.now().astimezone()
     store.submit([NewTask("bench.job", {}, now, 3, None, queue=queue)], now)
     started = time.perf_counter()
-    claims = store.claim("bench", 1, now, timedelta(seconds=30), ["bench.job"], queues={queue: 1})
+    claims = store.claim(
+        "bench", ask, now, timedelta(seconds=30), ["bench.job"], queues={queue: ask}
+    )
     took = (time.perf_counter() - started) * 1000
     outcomes = [Outcome(claim, result=None) for claim in claims]
     store.record_and_claim(outcomes, now, owner="bench", limit=0, lease=timedelta(seconds=30))

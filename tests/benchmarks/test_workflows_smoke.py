@@ -26,7 +26,9 @@ def test_the_workflows_benchmark_runs(tmp_path: Path) -> None:
     assert len(signal["rounds_p50_ms"]) == workflows.SIGNAL_ROUNDS
     assert signal["started"]["p50_ms"] <= signal["resumed"]["p50_ms"] <= signal["p50_ms"]
     assert figures["replay"]["steps"] == 20 and figures["replay"]["replay_ms"] > 0
-    assert figures["sleeping"]["ratio"] > 0 and figures["sleeping"]["ask_ratio"] > 0
+    sleeping = figures["sleeping"]
+    assert sleeping["ratio"] > 0 and sleeping["ask_ratio"] > 0
+    assert sleeping["turn_ratio"] > 0 and sleeping["turn_ask_ratio"] > 0
     waiting = figures["waiting"]
     assert waiting["ratio"] > 0 and waiting["ratio_before_vacuum"] > 0
     assert waiting["ratio_before_vacuum_same_claims"] > 0 and waiting["ran_ratio_before_vacuum"] > 0
