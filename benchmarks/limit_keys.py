@@ -56,6 +56,7 @@ BATCH = 10_000
 DROP_TRIGGERS = {
     "sqlite": [  # no INSERT trigger since migration 0017
         "DROP TRIGGER durablesched_limit_key_update",
+        "DROP TRIGGER durablesched_limit_key_claim",  # a claim's change (migration 0020)
         "DROP TRIGGER durablesched_limit_key_leave",
         "DROP TRIGGER durablesched_limit_key_delete",
     ],

@@ -67,7 +67,7 @@ def test_0019_keeps_heads_and_limits_up_down_and_up(database: tuple[str, Engine]
         assert waiting_per_key(engine) == {"k0": 3, "k1": 3}  # a head each, two waiting
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), "head")
-        assert triggers(engine) == before
+        assert triggers(engine) == before | {"durablesched_limit_key_claim"}  # 0020
         assert "key_waiting = 0" not in old_where and "key_waiting = 1" in index_where(engine)
         assert waiting_per_key(engine) == {"k0": 3, "k1": 3}
         store = open_store(url, engine)

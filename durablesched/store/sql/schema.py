@@ -139,7 +139,7 @@ Index(
     sqlite_where=text("debounce_key IS NOT NULL"),
     postgresql_where=text("debounce_key IS NOT NULL"),
 )
-#: A limit key's RUNNING tasks, counted by the triggers.
+#: A limit key's RUNNING tasks, counted by the triggers (a claim adds one instead).
 Index(
     "ix_tasks_key_running",
     tasks.c.queue,
