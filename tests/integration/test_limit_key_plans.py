@@ -19,11 +19,11 @@ from sqlalchemy import text
 
 from durablesched import QueueLimits
 from durablesched.records import NewTask
-from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLITE, SQLiteStore
 
 from ..conftest import T0, at
+from .claim_steps import sqlite_claim
 
 LEASE = timedelta(seconds=30)
 OTHER_KEYS = 200
@@ -40,35 +40,11 @@ def fill(store: SQLiteStore | PostgresStore, busy: int) -> None:
 
 
 def sqlite_claim_steps(path: Path) -> int:
-    """Virtual machine steps (in thousands' units of the progress handler) of claiming ten
+    """Virtual machine steps (in units of the progress handler's 100) of claiming ten
     tasks from queue q, rolled back."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    params: dict[str, Any] = {
-        "q0": "q",
-        "l0": 10,
-        "limit": 10,
-        "owner": "w2",
-        "now": to_db_time(at(10)),
-        "started": to_db_time(at(10)),
-        "lease_expires_at": to_db_time(at(40)),
-    }
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.set_progress_handler(count, 100)
-        rows = conn.execute(SQLITE.claim_for(1, 0), params).fetchall()
-        conn.set_progress_handler(None, 100)
-        assert len(rows) == 10
-        assert all(r[10] == 0 for r in rows)  # other keys' tasks, none of the busy key
-        conn.execute("ROLLBACK")
-    finally:
-        conn.close()
+    steps, rows = sqlite_claim(path, 10)
+    assert len(rows) == 10
+    assert all(r[10] == 0 for r in rows)  # other keys' tasks, none of the busy key
     return steps
 
 

@@ -20,12 +20,12 @@ from sqlalchemy import text
 
 from durablesched.records import NewTask
 from durablesched.states import TaskState
-from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.postgres import PostgresStore
 from durablesched.store.sql.sqlite import SQLITE, SQLiteStore
 from durablesched.workflows.steps import FOREVER
 
 from ..conftest import T0, at
+from .claim_steps import sqlite_claim
 
 LEASE = timedelta(minutes=10)
 SUSPENDED = 20
@@ -54,33 +54,8 @@ def suspend_waiting(store: SQLiteStore | PostgresStore, waiting: int, delayed: i
 def sqlite_claim_steps(path: Path, ask: int = 1) -> int:
     """Virtual machine steps (in units of the progress handler's 100) of claiming the due
     task of queue q, asking for ``ask``, rolled back."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    now = to_db_time(at(10))
-    params: dict[str, Any] = {
-        "q0": "q",
-        "l0": ask,
-        "limit": ask,
-        "owner": "w2",
-        "now": now,
-        "started": now,
-        "lease_expires_at": to_db_time(at(40)),
-    }
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.set_progress_handler(count, 100)
-        rows = conn.execute(SQLITE.claim_for(1, 0), params).fetchall()
-        conn.set_progress_handler(None, 100)
-        assert [r[2] for r in rows] == ["job"]
-        conn.execute("ROLLBACK")
-    finally:
-        conn.close()
+    steps, rows = sqlite_claim(path, ask)
+    assert [r[2] for r in rows] == ["job"]
     return steps
 
 
