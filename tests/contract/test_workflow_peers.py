@@ -1,8 +1,8 @@
 """The peers' recovery bugs (issue 31), as tests here: two workers racing to reclaim one
 workflow run it once; a signal taken by a wait whose task is then reclaimed replays the
 same payload; purging a finished workflow and reusing its idempotency key never
-replays the old steps. (A database restarted during a reclaim is left to the process
-tests' PostgreSQL runs: it cannot be restarted from a shared test server.)"""
+replays the old steps. (A database restarted during a reclaim has no test yet: issue 31
+keeps it open.)"""
 
 from __future__ import annotations
 
