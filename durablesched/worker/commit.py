@@ -274,9 +274,10 @@ class GroupCommit:
         with self._lock:
             if self._ahead is None:
                 return len(self._active) < self._options.concurrency
-            running = sum(1 for r in self._active.values() if not r.ended)
-        # A claim waiting here takes the next free slot on a task thread: no pass needed.
-        return running + self._ahead.count < self._options.concurrency
+            # The claims waiting here are in the set too, not ended: each takes the
+            # next free slot on a task thread, so a pass for that slot claims nothing.
+            held = sum(1 for r in self._active.values() if not r.ended)
+        return held < self._options.concurrency
 
     def _tell(self, outcome: Outcome, state: TaskState | None, at: datetime) -> None:
         """The ``after_commit`` hook, whose failure is logged: the outcome stands."""

@@ -6,22 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from durablesched import Scheduler, SQLiteStore, TaskRegistry, TaskState, Worker
 
 
-@pytest.mark.parametrize(("ahead", "most"), [(0, 25), (8, 50)])
 def test_a_backlog_runs_with_a_few_passes_of_the_loop_not_one_per_group_commit(
-    tmp_path: Path, ahead: int, most: int
+    tmp_path: Path,
 ) -> None:
+    """Without claims ahead: 3 or 4 passes; 201 with the wake-up made unconditional.
+
+    With claims ahead the count rests on which thread wins each race (6 to 57 passes
+    seen, 37 to 53 with the guard broken), so its half of the guard (a claim waiting
+    here fills a freed slot) is tested in tests/unit/test_worker_ahead.py instead."""
     # A real file: each group commit lets go of the interpreter while SQLite writes,
     # which is when a woken loop would run its pass.
     registry = TaskRegistry()
     registry.task("noop")(lambda: None)
     scheduler = Scheduler(SQLiteStore(tmp_path / "jobs.db"), registry=registry)
     ids = scheduler.submit_many("noop", [{} for _ in range(400)])
-    worker = Worker(scheduler, concurrency=4, commit_delay=0.0, ahead=ahead)
+    worker = Worker(scheduler, concurrency=4, commit_delay=0.0, ahead=0)
     passes = 0
     run_once = worker.run_once
 
@@ -35,10 +37,7 @@ def test_a_backlog_runs_with_a_few_passes_of_the_loop_not_one_per_group_commit(
 
     assert all(scheduler.get(i).state is TaskState.SUCCEEDED for i in ids)
     scheduler.store.close()
-    # Without claims ahead at most 4 outcomes share a group commit here, so a pass
-    # per commit would be 100 or more; the loop runs one to start, one when the
-    # backlog runs dry, and a few more where a commit found nothing due yet for a
-    # freed slot. With claims ahead a commit holds up to 12 tasks (a pass per commit:
-    # 33 or more); a slot whose no-op task ended before the commit's claims were
-    # taken is free, and a pass for it claims (usually 4-8 passes, at times ~37).
-    assert passes < most, f"{passes} passes of the claim loop for 400 tasks in 4 slots"
+    # At most 4 outcomes share a group commit here, so a pass per commit would be 100
+    # or more; the loop runs one to start, one when the backlog runs dry, and a few
+    # more where a commit found nothing due yet for a freed slot.
+    assert passes < 25, f"{passes} passes of the claim loop for 400 tasks in 4 slots"

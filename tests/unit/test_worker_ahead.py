@@ -464,3 +464,30 @@ def test_a_wait_for_running_attempts_sees_a_claim_ahead_start(
     assert time.monotonic() - told < WAIT / 2  # told, not timed out
     assert tasks.blocking.is_set() or tasks.blocking.wait(WAIT)
     tasks.release.set()
+
+
+def test_the_loop_is_woken_for_a_slot_no_claim_ahead_will_take(
+    scheduler: Scheduler, tasks: Tasks
+) -> None:
+    """The group commit wakes the claim loop only for a slot still free once it has
+    recorded: a claim waiting here takes an ended attempt's slot on that attempt's
+    thread, so a pass for it would claim nothing; a slot beyond the waiting claims needs
+    the pass. Fails with the ended attempts counted as holding their slots, or with the
+    waiting claims counted twice (they are in the slots' set too)."""
+    worker = Worker(scheduler, concurrency=2, lease=LEASE, owner="w", ahead=2, ahead_window=1000.0)
+    worker._ahead.ended(0.001)
+    scheduler.submit("block")
+    scheduler.submit("block")
+    scheduler.submit("quick", {"tag": "a"})
+    try:
+        assert worker.run_once() == 3
+        assert worker.waiting_count == 1
+        first, second = [r for r in worker._slots.held().values() if not r.waiting]
+        assert not worker._commit._free()
+        first.ended = True  # as between its end and the commit of its outcome
+        assert not worker._commit._free()  # the claim waiting here takes its slot
+        second.ended = True
+        assert worker._commit._free()  # and one slot is left over
+    finally:
+        tasks.release.set()
+        worker.stop(WAIT)
