@@ -83,15 +83,16 @@ class Workers:
         wait_for(lambda: "worker " in self.log(index), f"worker {index} to start")
 
     def chaos(
-        self, *args: str, workers: int, seconds: float, rng: random.Random
+        self, *args: str, workers: int, seconds: float, rng: random.Random, least: int = 0
     ) -> tuple[list[subprocess.Popen[bytes]], int]:
         """``workers`` workers (``args``, 4 slots, 1 s leases), one SIGKILLed every 300 ms
-        for ``seconds`` (each once up: a start-up can outlast 300 ms on a loaded machine)
-        and replaced; the live ones, and how many were killed."""
+        for ``seconds``, and on until ``least`` were killed (each once up: a start-up can
+        outlast 300 ms on a loaded machine, where ``seconds`` would hold fewer kills), and
+        replaced; the live ones, and how many were killed."""
         live = [self.start(*args, concurrency=4, lease=1) for _ in range(workers)]
         kills = 0
         ends = time.monotonic() + seconds
-        while time.monotonic() < ends:
+        while time.monotonic() < ends or kills < least:
             time.sleep(0.3)
             victim = live.pop(rng.randrange(len(live)))
             self.wait_started(victim)

@@ -50,7 +50,7 @@ def test_sigkill_every_300_ms_never_starts_a_key_over_its_rate_and_loses_nothing
         for key in range(KEYS)
     ]
     live, kills = workers.chaos(
-        "--queue", "rates=4", workers=WORKERS, seconds=CHAOS_SECONDS, rng=rng
+        "--queue", "rates=4", workers=WORKERS, seconds=CHAOS_SECONDS, rng=rng, least=10
     )
     workers.drain_and_stop(db, live, len(ids), 120)
 

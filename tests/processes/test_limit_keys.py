@@ -42,7 +42,7 @@ def test_sigkill_every_300_ms_never_runs_two_of_a_key_and_loses_nothing(
                 )
             )
     live, kills = workers.chaos(
-        "--queue", "keys=4", workers=WORKERS, seconds=CHAOS_SECONDS, rng=rng
+        "--queue", "keys=4", workers=WORKERS, seconds=CHAOS_SECONDS, rng=rng, least=10
     )
     workers.drain_and_stop(db, live, len(ids), 180)
 
