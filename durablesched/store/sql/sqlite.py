@@ -599,11 +599,11 @@ class FinishedLines:
             cursor.close()
         newest: tuple[int, int | None] = (0, None)
         kept = not last  # the line the last look ended at is still there, unchanged
-        finished = []
+        finished = []  # (task, name, state, ...): Store.finished's columns (or fewer)
         for row in rows:
             kind = row[0]
             if kind == 2:
-                finished.append(row)
+                finished.append(row[2:])
             elif kind == 0:
                 newest = (row[1], row[2])
             else:
@@ -614,9 +614,9 @@ class FinishedLines:
             return True
         if found is not None and finished:
             if outcomes is None:
-                found.update(row[2] for row in finished)
+                found.update(row[0] for row in finished)
             else:
-                read = finished_outcomes([row[2:] for row in finished])
+                read = finished_outcomes(finished)
                 found.update(read)
                 outcomes.update(read)
         if outcomes is not None:
