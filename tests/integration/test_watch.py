@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import sys
 import threading
 import time
+import weakref
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -433,6 +435,17 @@ def test_finished_lines_begin_at_the_newest_line(tmp_path: Path) -> None:
         store.close()
 
 
+class Waiting:
+    """Whether a task is waited on, as the waiting handles answer it (an object of its
+    own: whether the watcher still holds it once closed can be seen)."""
+
+    def __init__(self, ids: set[int]) -> None:
+        self.ids = ids
+
+    def __call__(self, task_id: int) -> bool:
+        return task_id in self.ids
+
+
 def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) -> None:
     """Started with ``awaited`` (by waiting handles), SQLite's finish watcher reads with its
     look the outcomes of the tasks that finished and are waited on, and reports those
@@ -444,7 +457,8 @@ def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) 
     try:
         ids = [t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 4, T0)]
         awaited, _unawaited, cancelled, requeued = ids
-        lines._read_outcomes({awaited, cancelled, requeued}.__contains__)
+        waiting = Waiting({awaited, cancelled, requeued})
+        lines._read_outcomes(waiting)
         for claim in other.claim("w", 2, T0, timedelta(seconds=30)):
             other.complete(claim, {"x": claim.task_id}, T0)
         other.request_cancel(cancelled, T0)
@@ -466,4 +480,10 @@ def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) 
     finally:
         lines.close()
         other.close()
+    try:  # back in the pool, the connection no longer holds the waiting handles
+        held = weakref.ref(waiting)
+        del waiting
+        gc.collect()
+        assert held() is None
+    finally:
         store.close()

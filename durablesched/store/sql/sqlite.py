@@ -682,6 +682,15 @@ class FinishedLines:
 
     def close(self) -> None:
         self._watcher.close()
+        if self._outcomes is not None:
+            # The connection goes back to the pool: not holding the waiting handles
+            # (which would live as long as it), the function left one that fails.
+            driver = self._conn.driver_connection
+            try:
+                if driver is not None:
+                    driver.create_function(AWAITED_FUNCTION, 1, None)
+            except sqlite3.Error as e:  # a broken connection: the pool drops it anyway
+                log.debug("removing %s failed: %s", AWAITED_FUNCTION, e)
         self._conn.close()
 
 
