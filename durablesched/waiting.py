@@ -2,22 +2,27 @@
 
 Every :class:`~durablesched.TaskHandle` of a scheduler that waits registers here.
 One thread reads, in one query, the outcomes of the awaited tasks that the store's
-:class:`~durablesched.store.protocol.FinishWatcher` says finished (SQLite: the
-history's lines written since its last look, after a commit seen through inotify
-or ``data_version``; PostgreSQL: a NOTIFY naming the tasks its transaction
-finished; memory: the store itself), those of waiters just arrived, and every
-:data:`FALLBACK` seconds those of all, whatever it hears (a watcher that failed or
-a lost notification delays a result by at most that). A finished task wakes its
-waiters: threads through an event, coroutines through their event loop, one call
-per loop and read. A coroutine's wait is a bare future (:class:`WaitingFuture`):
-no coroutine, Task or timer of its own.
+:class:`~durablesched.store.protocol.FinishWatcher` says finished (PostgreSQL: a
+NOTIFY naming the tasks its transaction finished; memory: the store itself), those
+of waiters just arrived, and every :data:`FALLBACK` seconds those of all, whatever
+it hears (a watcher that failed or a lost notification delays a result by at most
+that). SQLite's watcher reads the outcomes itself, in the statement of its look at
+the history's lines written since the last (after a commit seen through inotify or
+``data_version``), for the tasks this process waits on (:meth:`Waiters._awaits`);
+they are delivered from its thread (:meth:`Waiters._take_outcomes`), with no read
+and no wake-up of this one. A finished task wakes its waiters: threads through an
+event, coroutines through their event loop, one call per loop and read. A
+coroutine's wait is a bare future (:class:`WaitingFuture`): no coroutine, Task or
+timer of its own.
 
 Results that stream in are read in batches: after a read that delivered some while
 other handles still wait, the watcher keeps what finishes next to itself for
 :data:`BATCH` seconds (its own looks at the database stop meanwhile) and then tells
-it all at once. So a wait costs this process a few reads a second under any load,
-and a result arriving alone is read at once. A coroutine's timeout is kept here too,
-in one heap, rather than as a timer on its event loop. Closing wakes every wait.
+it all at once (SQLite's is answered the batch's length and looks again by itself;
+the others are nudged at its end). So a wait costs this process a few reads a
+second under any load, and a result arriving alone is read at once. A coroutine's
+timeout is kept here too, in one heap, rather than as a timer on its event loop.
+Closing wakes every wait.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
 from durablesched.records import Finished
 from durablesched.states import TaskState
-from durablesched.store.protocol import FinishWatcher, Store
+from durablesched.store.protocol import FinishWatcher, Outcomes, Store
 
 log = logging.getLogger("durablesched.waiting")
 
@@ -206,7 +211,8 @@ class Waiters:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._watcher: FinishWatcher | None = None
-        #: Reads made, for tests and benchmarks: how hard waiting worked.
+        #: Reads made, for tests and benchmarks: how hard waiting worked (the store's,
+        #: and the watcher's looks that read outcomes and reported some).
         self.reads = 0
 
     def add(self, task_id: int, waiter: Waiter) -> None:
@@ -287,14 +293,23 @@ class Waiters:
     def _start(self) -> None:
         watcher = self._store.watch_finished()
         if watcher is not None:
-            watcher.start(self._on_finished)
+            watcher.start(self._on_finished, self._awaits)
         self._watcher = watcher
         self._thread = threading.Thread(target=self._run, name="durablesched-wait", daemon=True)
         self._thread.start()
 
-    def _on_finished(self, task_ids: Collection[int] | None) -> bool:
+    def _awaits(self, task_id: int) -> bool:
+        """From the watcher's thread, without the lock (one dict lookup): whether
+        ``task_id`` is waited on. A wait registered just after is read at once anyway
+        (:attr:`_fresh`); one ended just before drops what is delivered to it."""
+        return task_id in self._waiting
+
+    def _on_finished(self, task_ids: Collection[int] | None) -> bool | float:
         """From the watcher's thread: these tasks finished (None: some may have). Answers
-        True: the watcher keeps what comes next until nudged (:meth:`_nudge_when`)."""
+        True: the watcher keeps what comes next until nudged (:meth:`_nudge_when`).
+        Outcomes the watcher read itself are delivered here (:meth:`_take_outcomes`)."""
+        if isinstance(task_ids, Outcomes):
+            return self._take_outcomes(task_ids)
         with self._lock:
             if task_ids is None:
                 self._heard = None
@@ -302,6 +317,23 @@ class Waiters:
                 self._heard.update(task_ids)
         self._wake.set()
         return True
+
+    def _take_outcomes(self, outcomes: Outcomes) -> bool | float:
+        """From the watcher's thread: deliver the outcomes its look read (SQLite), with no
+        read and no wake-up of this thread. While other handles still wait, answers a
+        batch's length for the watcher to keep quiet by itself (as :meth:`_nudge_when`
+        spreads it: :data:`BATCH`, or longer when the look and this hand-over cost more
+        than :data:`READ_SHARE` of it, up to :data:`MAX_BATCH`); else False: the next
+        commit is looked at as it comes."""
+        cpu = self._cpu_clock()
+        delivered = self._deliver(outcomes)
+        with self._lock:
+            self.reads += 1
+            streaming = delivered and self._waiting and self._batch > 0
+        if not streaming:
+            return False
+        spent = outcomes.cost + self._cpu_clock() - cpu
+        return max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
 
     def _run(self) -> None:
         next_fallback = time.monotonic() + self._fallback
@@ -371,7 +403,7 @@ class Waiters:
         if watcher is not None:
             watcher.nudge()
 
-    def _deliver(self, found: dict[int, Finished | None]) -> int:
+    def _deliver(self, found: Mapping[int, Finished | None]) -> int:
         """Hand the finished tasks to their waiters, and expire the futures past their
         deadline: one call per event loop. Returns how many were delivered."""
         now = time.monotonic()

@@ -63,7 +63,13 @@ from durablesched.schedules.firing import PlannedFire, due_fires, run_now
 from durablesched.schedules.sync import conflict, not_found, sync_plan
 from durablesched.states import CLAIMABLE, KEY_HOLDING, TERMINAL, TaskState, check_transition
 from durablesched.store.memory_workflows import MemoryWorkflows
-from durablesched.store.protocol import DBAPIConnection, Effect, OnFinished, RetryDelay
+from durablesched.store.protocol import (
+    Awaited,
+    DBAPIConnection,
+    Effect,
+    OnFinished,
+    RetryDelay,
+)
 from durablesched.totals import NO_DURATION, AttemptTotal, Tally, add, totals_of
 from durablesched.totals import ended as add_ended
 
@@ -1393,7 +1399,9 @@ class MemoryFinishWatcher:
         self._store = store
         self._on_finished: OnFinished | None = None
 
-    def start(self, on_finished: OnFinished) -> None:
+    def start(self, on_finished: OnFinished, awaited: Awaited | None = None) -> None:
+        """``awaited`` is not used: the store names each task as it finishes, and its
+        outcome is read by who waits."""
         self._on_finished = on_finished
         self._store._watch_finished(on_finished, True)
 

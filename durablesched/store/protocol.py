@@ -65,9 +65,9 @@ Effect = Callable[["Connection"], object]
 RetryDelay = Callable[[str, int], timedelta]
 
 
-#: Told of commits seen (None) or of the watcher's failure; may answer True: see
-#: :meth:`ChangeWatcher.start`.
-OnChange = Callable[[Exception | None], bool | None]
+#: Told of commits seen (None) or of the watcher's failure; may answer True (or a number
+#: of seconds): see :meth:`ChangeWatcher.start`.
+OnChange = Callable[[Exception | None], bool | float | None]
 
 
 class ChangeWatcher(Protocol):
@@ -78,7 +78,8 @@ class ChangeWatcher(Protocol):
 
         ``on_change(None)`` answering True says the consumer has no use for news
         for a while (a worker whose every slot is taken): the watcher may then
-        keep quiet, for at most a quarter of a second, until :meth:`nudge`.
+        keep quiet, for at most a quarter of a second, until :meth:`nudge`. A number
+        answered instead of True shortens that quiet to so many seconds.
         """
         ...
 
@@ -89,22 +90,49 @@ class ChangeWatcher(Protocol):
     def close(self) -> None: ...
 
 
-#: Told that tasks finished: their ids, or None when the watcher cannot say which; may
-#: answer True: see :meth:`FinishWatcher.start`.
-OnFinished = Callable[[Collection[int] | None], bool | None]
+#: Told that tasks finished: their ids, or None when the watcher cannot say which (or
+#: their :class:`Outcomes`, read with the look that saw them finish); may answer True or
+#: a number of seconds: see :meth:`FinishWatcher.start`.
+OnFinished = Callable[[Collection[int] | None], bool | float | None]
+
+
+class Outcomes(dict[int, "Finished | None"]):
+    """What a finish watcher that reads outcomes in its own look (SQLite) reports: each
+    awaited task it saw finish, with its outcome as :meth:`Store.finished` gives it
+    (None: no task has that id any more), so that nobody reads them again. ``cost``:
+    the CPU seconds of the looks that found them (what they cost the watcher's thread)."""
+
+    __slots__ = ("cost",)
+
+    def __init__(self, cost: float = 0.0) -> None:
+        super().__init__()
+        self.cost = cost
+
+
+#: Whether a task is waited on (:meth:`FinishWatcher.start`): asked from the watcher's
+#: thread, so it may answer True for a wait that has just ended (its outcome is then
+#: dropped) or False for one that has just begun (that wait reads its task itself).
+Awaited = Callable[[int], bool]
 
 
 class FinishWatcher(Protocol):
     """Notices, on a thread of its own, that tasks finished, in this process or another:
     what wakes a process's waiting task handles (docs/api.md, "Handles")."""
 
-    def start(self, on_finished: OnFinished) -> None:
+    def start(self, on_finished: OnFinished, awaited: Awaited | None = None) -> None:
         """Call ``on_finished(ids)`` after tasks finished (None: some may have, read them
         all); nothing is lost between this call and the first report.
 
+        Given ``awaited``, a watcher that can (SQLite) reads the outcomes of the tasks it
+        sees finish that ``awaited`` says are waited on, in the same statement as its
+        look, and reports them as :class:`Outcomes`; the others are not reported. A wait
+        that begins after the look asked about its task reads that task itself.
+
         ``on_finished`` answering True asks for a batch: the watcher may keep what
         finishes next to itself, for at most a quarter of a second, until :meth:`nudge`,
-        and then tell it all at once (never lose it).
+        and then tell it all at once (never lose it). A number of seconds answered
+        instead asks for a batch of that length at most: the watcher then looks again
+        by itself, without a nudge.
         """
         ...
 

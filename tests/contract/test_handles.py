@@ -30,6 +30,8 @@ from durablesched import (
     WaitInTaskError,
 )
 from durablesched.records import Outcome
+from durablesched.store.sql.postgres import NotifyWatcher
+from durablesched.store.sql.sqlite import DataVersionWatcher
 from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
 from durablesched.waiting import Waiter
@@ -529,6 +531,43 @@ def test_a_finish_watcher_asked_for_a_batch_loses_nothing(
         scheduler.cancel(ids[2])
         watcher.nudge()
         assert hears(set(ids))
+    finally:
+        watcher.close()
+
+
+def test_a_finish_watcher_answered_seconds_looks_again_by_itself(
+    store: BackendStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answered a number of seconds (a batch that long), a watcher keeps what finishes
+    next for that long at most and then tells it without a nudge. (The longest quiet
+    is made a minute here: a watcher that took the number for True would keep quiet
+    that long, past the wait below.)"""
+    monkeypatch.setattr(DataVersionWatcher, "QUIET", 60.0)
+    monkeypatch.setattr(NotifyWatcher, "QUIET", 60.0)
+    scheduler = Scheduler(store, clock=clock)
+    ids = [scheduler.submit("t") for _ in range(2)]
+    heard: set[int] = set()
+    told = threading.Condition()
+
+    def on_finished(task_ids: Collection[int] | None) -> float:
+        with told:
+            heard.update(ids if task_ids is None else task_ids)
+            told.notify_all()
+        return 0.01
+
+    def hears(expected: set[int]) -> bool:
+        with told:
+            return told.wait_for(lambda: expected <= heard, WAIT)
+
+    watcher = store.watch_finished()
+    assert watcher is not None
+    watcher.start(on_finished)
+    try:
+        for task_id in ids:
+            (claim,) = store.claim("w", 1, clock.now(), timedelta(seconds=30))
+            assert claim.task_id == task_id
+            store.complete(claim, 1, clock.now())
+            assert hears({task_id})  # the second: after the first report's quiet, unnudged
     finally:
         watcher.close()
 

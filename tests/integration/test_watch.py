@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import sys
 import threading
 import time
+import weakref
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worker
-from durablesched.records import NewTask
+from durablesched.records import ErrorInfo, NewTask
+from durablesched.states import TaskState
+from durablesched.store.protocol import Outcomes
 from durablesched.store.sql import sqlite as sqlite_module
 from durablesched.store.sql.inotify import DirectoryWatch, watch_directory
 from durablesched.store.sql.sqlite import DataVersionWatcher
@@ -428,4 +432,58 @@ def test_finished_lines_begin_at_the_newest_line(tmp_path: Path) -> None:
         assert lines._finished_since() == {new}
     finally:
         lines.close()
+        store.close()
+
+
+class Waiting:
+    """Whether a task is waited on, as the waiting handles answer it (an object of its
+    own: whether the watcher still holds it once closed can be seen)."""
+
+    def __init__(self, ids: set[int]) -> None:
+        self.ids = ids
+
+    def __call__(self, task_id: int) -> bool:
+        return task_id in self.ids
+
+
+def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) -> None:
+    """Started with ``awaited`` (by waiting handles), SQLite's finish watcher reads with its
+    look the outcomes of the tasks that finished and are waited on, and reports those
+    alone: not a task nobody here waits on, nor one whose row is no longer finished
+    (requeued since its finishing line). The handles then read nothing themselves."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    try:
+        ids = [t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 4, T0)]
+        awaited, _unawaited, cancelled, requeued = ids
+        waiting = Waiting({awaited, cancelled, requeued})
+        lines._read_outcomes(waiting)
+        for claim in other.claim("w", 2, T0, timedelta(seconds=30)):
+            other.complete(claim, {"x": claim.task_id}, T0)
+        other.request_cancel(cancelled, T0)
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        assert claim.task_id == requeued
+        other.fail(claim, ErrorInfo("builtins.ValueError", "no", ""), None, T0)
+        other.requeue(requeued, T0)  # its FAILED line stays; its row is PENDING again
+        found = lines._finished_since()
+        assert isinstance(found, Outcomes)
+        assert set(found) == {awaited, cancelled}
+        done, stopped = found[awaited], found[cancelled]
+        assert done is not None and (done.state, done.result) == (
+            TaskState.SUCCEEDED,
+            {"x": awaited},
+        )
+        assert stopped is not None and stopped.state is TaskState.CANCELLED
+        assert found.cost > 0  # what the look cost: the next batch is spread by it
+        assert lines._finished_since() == {}  # nothing written since
+    finally:
+        lines.close()
+        other.close()
+    try:  # back in the pool, the connection no longer holds the waiting handles
+        held = weakref.ref(waiting)
+        del waiting
+        gc.collect()
+        assert held() is None
+    finally:
         store.close()

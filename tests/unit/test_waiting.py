@@ -12,14 +12,14 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import pytest
 
 from durablesched import waiting
 from durablesched.records import Finished
 from durablesched.states import TaskState
-from durablesched.store.protocol import OnFinished
+from durablesched.store.protocol import Awaited, OnFinished, Outcomes
 from durablesched.waiting import Waiter, Waiters
 
 WAIT = 10.0  # seconds: the bound on every wait below; none should take near it
@@ -30,15 +30,17 @@ class Watcher:
 
     def __init__(self) -> None:
         self.on_finished: OnFinished | None = None
+        self.awaited: Awaited | None = None
         self.nudges: list[float] = []
         self.nudged = threading.Event()
         self.changed = threading.Condition()
         self.closed = False
 
-    def start(self, on_finished: OnFinished) -> None:
+    def start(self, on_finished: OnFinished, awaited: Awaited | None = None) -> None:
         self.on_finished = on_finished
+        self.awaited = awaited
 
-    def report(self, task_ids: Collection[int] | None) -> bool | None:
+    def report(self, task_ids: Collection[int] | None) -> bool | float | None:
         assert self.on_finished is not None
         return self.on_finished(task_ids)
 
@@ -180,6 +182,43 @@ def test_a_costly_read_spreads_the_next_batch(
     assert expected - 0.02 <= gap < expected + 0.1, (gap, expected)
 
 
+@pytest.mark.parametrize("look_cpu", [0.0, 0.0015, 0.01])
+def test_outcomes_the_watcher_read_are_delivered_from_its_thread_with_no_read(
+    monkeypatch: pytest.MonkeyPatch, look_cpu: float
+) -> None:
+    """A watcher that read the outcomes in its own look (SQLite) reports them as
+    Outcomes: they are delivered before the report returns (on the watcher's thread),
+    with no read of the store and no nudge. While other handles still wait, the watcher
+    is answered the batch's length (spread by the look's cost as by a read's), to keep
+    quiet that long by itself; once nobody waits, False: the next commit is news."""
+    monkeypatch.setattr(waiting, "MAX_BATCH", 0.2)
+    monkeypatch.setattr(waiting, "READ_SHARE", 0.015)
+    store = Store()
+    waiters = Waiters(store, batch=0.05, fallback=60, cpu_clock=lambda: 0.0)  # type: ignore[arg-type]
+    first, second = Waiter(), Waiter()
+    try:
+        waiters.add(1, first)
+        waiters.add(2, second)
+        settled(store, {1, 2})
+        reads = len(store.reads)
+        outcomes = Outcomes(look_cpu)
+        for task_id in (1, 7):  # 7: nobody waits on it any more
+            outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 10, None, None)
+        answer = store.watcher.report(outcomes)
+        assert first.wait(0) and first.record is not None and first.record.result == 10
+        assert answer == min(max(0.05, look_cpu / 0.015), 0.2)
+        assert not second.wait(0)
+        last = Outcomes()
+        last[2] = Finished(2, "t", TaskState.SUCCEEDED, 1, 20, None, None)
+        assert store.watcher.report(last) is False  # nobody waits now
+        assert second.wait(0) and delivered(second) == 20
+        assert len(store.reads) == reads  # nothing read again
+        assert store.watcher.nudges == []
+        assert waiters.reads == reads + 2  # each report counted as a read
+    finally:
+        waiters.close()
+
+
 def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
     """A task the watcher never names is read at the fallback even while the watcher
     keeps naming others (a NOTIFY lost under a stream of them)."""
@@ -316,7 +355,7 @@ def test_an_outcome_read_for_a_future_cancelled_meanwhile_is_dropped() -> None:
     handed = threading.Event()
     deliver = waiters._deliver
 
-    def deliver_then_tell(found: dict[int, Finished | None]) -> int:
+    def deliver_then_tell(found: Mapping[int, Finished | None]) -> int:
         delivered = deliver(found)
         if found:
             handed.set()

@@ -27,7 +27,7 @@ from durablesched.queues import KEY_CAP_UNLIMITED, MAX_PRIORITY
 from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import OnChange, OnFinished
+from durablesched.store.protocol import Awaited, OnChange, OnFinished
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, TERMINAL_SQL
@@ -623,14 +623,15 @@ class NotifyWatcher:
 
         self._start(deliver)
 
-    def start_payloads(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
+    def start_payloads(self, deliver: Callable[[list[str] | None], bool | float | None]) -> None:
         """Call ``deliver(payloads)`` with what each wake-up heard, or None where some
         may have been missed (a reconnection, a safety poll). ``deliver`` answering
         True asks for a batch: the notifications that arrive next wait in the
-        connection until :meth:`nudge` (or :attr:`QUIET` seconds), then come at once."""
+        connection until :meth:`nudge` (or :attr:`QUIET` seconds, or as many as it
+        answered instead of True, if fewer), then come at once."""
         self._start(deliver)
 
-    def _start(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
+    def _start(self, deliver: Callable[[list[str] | None], bool | float | None]) -> None:
         self._thread = threading.Thread(
             target=self._watch, args=(deliver,), name="durablesched-listen", daemon=True
         )
@@ -642,7 +643,7 @@ class NotifyWatcher:
         commits, so a worker's watcher never keeps quiet.)"""
         self._nudged.set()
 
-    def _watch(self, deliver: Callable[[list[str] | None], bool | None]) -> None:
+    def _watch(self, deliver: Callable[[list[str] | None], bool | float | None]) -> None:
         poll = self._safety_poll if self._safety_poll is not None else float("inf")
         next_poll = time.monotonic() + poll
         while not self._closed.is_set():
@@ -669,8 +670,9 @@ class NotifyWatcher:
             if (missed or payloads) and not self._closed.is_set():
                 next_poll = time.monotonic() + poll
                 self._nudged.clear()  # before asking: a nudge after the answer is kept
-                if deliver(None if missed else payloads):
-                    self._nudged.wait(self.QUIET)
+                quiet = deliver(None if missed else payloads)
+                if quiet:
+                    self._nudged.wait(self.QUIET if quiet is True else min(quiet, self.QUIET))
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -697,8 +699,11 @@ class FinishListener:
     def __init__(self, engine: Engine) -> None:
         self._watcher = NotifyWatcher(engine, safety_poll=None, channel=FINISHED_CHANNEL)
 
-    def start(self, on_finished: OnFinished) -> None:
-        def deliver(payloads: list[str] | None) -> bool | None:
+    def start(self, on_finished: OnFinished, awaited: Awaited | None = None) -> None:
+        """``awaited`` is not used: a notification names the tasks, and their outcomes
+        are read by who waits (:meth:`SQLStore.finished`)."""
+
+        def deliver(payloads: list[str] | None) -> bool | float | None:
             if payloads is None or "" in payloads:
                 return on_finished(None)
             return on_finished([int(i) for payload in payloads for i in payload.split(",")])

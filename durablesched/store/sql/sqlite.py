@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,8 @@ from durablesched.errors import (
 from durablesched.records import Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import OnChange, OnFinished
-from durablesched.store.sql.codec import to_db_time
+from durablesched.store.protocol import Awaited, OnChange, OnFinished, Outcomes
+from durablesched.store.sql.codec import finished_outcomes, to_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, STATE_CREATED_SQL, TERMINAL_SQL
@@ -511,6 +511,22 @@ LOOK = (
     "UNION ALL SELECT 1, id, task_id FROM task_events WHERE id = ? "
     f"UNION ALL SELECT 2, id, task_id FROM task_events WHERE id > ? AND {TERMINAL_SQL}"
 )
+#: The function :data:`LOOK_OUTCOMES` asks whether a task is waited on (in this process).
+AWAITED_FUNCTION = "durablesched_awaited"
+#: :data:`LOOK`, reading as well the outcomes of the tasks that finished and are waited
+#: on (kind 2: their ``Store.finished`` columns; the task's own row no longer finished,
+#: retried since, is left out), so that a batch of results costs one statement: the
+#: history's lines are the outer loop, a task's row is read only for an awaited task.
+LOOK_OUTCOMES = (
+    "SELECT 0, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL FROM "
+    "(SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1) "
+    "UNION ALL SELECT 1, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL "
+    "FROM task_events WHERE id = ? "
+    "UNION ALL SELECT 2, e.id, e.task_id, t.name, t.state, t.attempts, t.result, "
+    "t.last_error, t.finished_at FROM task_events AS e LEFT JOIN tasks AS t ON t.id = e.task_id "
+    f"WHERE e.id > ? AND e.{TERMINAL_SQL} AND {AWAITED_FUNCTION}(e.task_id) "
+    f"AND (t.id IS NULL OR t.{TERMINAL_SQL})"
+)
 
 
 class FinishedLines:
@@ -528,11 +544,16 @@ class FinishedLines:
     commit that wrote no history line finished nothing, and is not news here. So a
     commit that finished tasks costs this watcher one read.
 
-    Asked for a batch (``on_finished`` answering True), it lets the change watcher keep
-    quiet until nudged: commits meanwhile cost this process nothing, and the look
-    after the nudge covers them all. If the change watcher fails, it says so once
-    (logged) and stops; the waiting handles then read at their bounded fallback
-    interval.
+    Started with ``awaited``, the look reads as well the outcomes of the awaited tasks
+    that finished (:data:`LOOK_OUTCOMES`) and reports those as
+    :class:`~durablesched.store.protocol.Outcomes`: the tasks nobody here waits on
+    are not reported, and the waiting handles need no read of their own.
+
+    Asked for a batch (``on_finished`` answering True, or a number of seconds), it
+    lets the change watcher keep quiet until nudged (or for those seconds): commits
+    meanwhile cost this process nothing, and the look after covers them all. If the
+    change watcher fails, it says so once (logged) and stops; the waiting handles
+    then read at their bounded fallback interval.
     """
 
     def __init__(
@@ -541,6 +562,9 @@ class FinishedLines:
         self._conn = engine.raw_connection()
         #: What the looks since the last report found finished; None: any may have.
         self._found: set[int] | None = set()
+        #: Started with ``awaited``: the outcomes the looks since the last report read
+        #: (None: not reading outcomes), and the CPU seconds those looks took.
+        self._outcomes: Outcomes | None = None
         try:
             #: The newest line at the last look, and its task; (0, None): none. Lines
             #: before the watch began are not news (nor read: the history is long).
@@ -563,30 +587,40 @@ class FinishedLines:
 
     def _look(self) -> bool:
         """Read the lines written since the last look, add the tasks that finished on
-        them to those found; True if there were any (or lines were deleted)."""
-        (last, last_task), found = self._last, self._found
+        them to those found (with their outcomes, when reading them); True if there were
+        any (or lines were deleted)."""
+        (last, last_task), found, outcomes = self._last, self._found, self._outcomes
+        cpu = time.thread_time()
         cursor = self._conn.cursor()
         try:
-            cursor.execute(LOOK, (last, last))
+            cursor.execute(LOOK if outcomes is None else LOOK_OUTCOMES, (last, last))
             rows = cursor.fetchall()
         finally:
             cursor.close()
         newest: tuple[int, int | None] = (0, None)
         kept = not last  # the line the last look ended at is still there, unchanged
-        finished = []
-        for kind, line, task in rows:
+        finished = []  # (task, name, state, ...): Store.finished's columns (or fewer)
+        for row in rows:
+            kind = row[0]
             if kind == 2:
-                finished.append(task)
+                finished.append(row[2:])
             elif kind == 0:
-                newest = (line, task)
+                newest = (row[1], row[2])
             else:
-                kept = task == last_task
+                kept = row[2] == last_task
         self._last = newest
         if not kept:
             self._found = None  # lines were deleted: ids after them can be old ones
             return True
         if found is not None and finished:
-            found.update(finished)
+            if outcomes is None:
+                found.update(row[0] for row in finished)
+            else:
+                read = finished_outcomes(finished)
+                found.update(read)
+                outcomes.update(read)
+        if outcomes is not None:
+            outcomes.cost += time.thread_time() - cpu
         return newest[0] != last
 
     def _watched_look(self) -> bool:
@@ -599,29 +633,45 @@ class FinishedLines:
             self._found = None
             return True
 
-    def _take(self) -> set[int] | None:
+    def _take(self) -> Collection[int] | None:
         """What the looks found since the last call: tasks that finished (None: any may
-        have)."""
+        have), as their :class:`Outcomes` when reading them."""
         found, self._found = self._found, set()
-        return found
+        outcomes = self._outcomes
+        if outcomes is None:
+            return found
+        self._outcomes = Outcomes()
+        return None if found is None else outcomes
 
-    def _finished_since(self) -> set[int] | None:
+    def _finished_since(self) -> Collection[int] | None:
         """A look now, and what it and those before found (:meth:`_take`)."""
         with translated("reading which tasks finished"):
             self._look()
         return self._take()
 
-    def start(self, on_finished: OnFinished) -> None:
-        def on_change(error: Exception | None) -> bool:
+    def _read_outcomes(self, awaited: Awaited) -> None:
+        """From now on, each look reads the outcomes of the tasks it sees finish that
+        ``awaited`` says are waited on (:data:`LOOK_OUTCOMES`), and only those."""
+        driver = self._conn.driver_connection
+        assert driver is not None  # a live connection, opened in __init__
+        driver.create_function(AWAITED_FUNCTION, 1, awaited)
+        self._outcomes = Outcomes()
+
+    def start(self, on_finished: OnFinished, awaited: Awaited | None = None) -> None:
+        if awaited is not None:
+            self._read_outcomes(awaited)
+
+        def on_change(error: Exception | None) -> bool | float:
             if error is not None:
                 log.warning("watching for finished tasks failed: %s", error)
                 on_finished(None)
                 return False
             finished = self._take()
             if finished is None or finished:
-                # A batch asked for: the change watcher keeps quiet until nudged, and
-                # the next look then reads every line written meanwhile, in one range.
-                return bool(on_finished(finished))
+                # A batch asked for: the change watcher keeps quiet until nudged (or for
+                # the seconds answered), and the next look then reads every line
+                # written meanwhile, in one range.
+                return on_finished(finished) or False
             return False
 
         changed: OnChange = on_change
@@ -632,6 +682,15 @@ class FinishedLines:
 
     def close(self) -> None:
         self._watcher.close()
+        if self._outcomes is not None:
+            # The connection goes back to the pool: not holding the waiting handles
+            # (which would live as long as it), the function left one that fails.
+            driver = self._conn.driver_connection
+            try:
+                if driver is not None:
+                    driver.create_function(AWAITED_FUNCTION, 1, None)
+            except sqlite3.Error as e:  # a broken connection: the pool drops it anyway
+                log.debug("removing %s failed: %s", AWAITED_FUNCTION, e)
         self._conn.close()
 
 
@@ -813,8 +872,9 @@ class DataVersionWatcher:
                 # Cleared before asking: a nudge made once the consumer has
                 # answered that it is busy ends the quiet at once, and is never lost.
                 self._nudged.clear()
-                if on_change(None):
-                    self._nudged.wait(self.QUIET)
+                quiet = on_change(None)
+                if quiet:
+                    self._nudged.wait(self.QUIET if quiet is True else min(quiet, self.QUIET))
             elif written:
                 recheck = self.SETTLE
             elif recheck is not None:
