@@ -10,6 +10,7 @@ import random
 import signal
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from durablesched import Scheduler
 from durablesched.store.opening import open_store
 from durablesched.store.sql.store import SQLStore
 
-from .conftest import Workers, count, query, wait_for
+from .conftest import DEADLINE, Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -74,21 +75,34 @@ def test_sigkill_chaos_runs_every_step_effect_once_and_no_recorded_step_again(
     for proc in live:
         assert proc.wait(30) == 0
 
+    again = verify_steps(db, tmp_path, WORKFLOWS, STEPS)
+    assert again <= kills * 4, (again, kills)  # at most one step per running workflow a kill
+    took = time.monotonic() - started
+    print(
+        f"\nworkflow chaos: {WORKFLOWS}x{STEPS} steps, {kills} kills, {again} steps re-run, "
+        f"{took:.1f} s"
+    )
+    assert kills >= 3
+
+
+def verify_steps(db: str, out: Path, workflows: int, steps: int) -> int:
+    """Every ``wf_chaos`` workflow SUCCEEDED with each of its ``steps`` steps recorded, the
+    step's database effect written once, by the recording attempt; and no step ran after
+    its checkpoint committed: each run of it (a line in ``out/steps``) is by the recording
+    attempt, once, or by an earlier one lost before it recorded. Returns how many runs
+    were such re-runs."""
     states = Counter(r[0] for r in query(db, "SELECT state FROM tasks WHERE name = 'wf_chaos'"))
-    assert states == {"SUCCEEDED": WORKFLOWS}
-    # Every step's database effect exactly once, by the attempt that recorded the step.
+    assert states == {"SUCCEEDED": workflows}
     recorded = {
         (t, p): a for t, p, a in query(db, "SELECT task_id, position, attempt FROM task_steps")
     }
-    assert len(recorded) == WORKFLOWS * STEPS
+    assert len(recorded) == workflows * steps
     effects = Counter((t, s) for t, s, _a in query(db, "SELECT * FROM step_ledger"))
     assert set(effects) == set(recorded) and set(effects.values()) == {1}
     by = {(t, s): a for t, s, a in query(db, "SELECT * FROM step_ledger")}
     assert by == recorded
-    # A step whose checkpoint committed never ran again: every run of it is by the
-    # recording attempt or an earlier (killed) one; re-runs are bounded by the kills.
     runs: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for line in (tmp_path / "steps").read_text().splitlines():
+    for line in (out / "steps").read_text().splitlines():
         task_id, step, attempt, _pid = map(int, line.split())
         runs[(task_id, step)].append(attempt)
     assert set(runs) == set(recorded)
@@ -97,13 +111,7 @@ def test_sigkill_chaos_runs_every_step_effect_once_and_no_recorded_step_again(
         assert max(attempts) <= recorded[key], f"{key} ran after its checkpoint committed"
         assert attempts.count(recorded[key]) == 1
         again += len(attempts) - 1
-    assert again <= kills * 4, (again, kills)  # at most one step per running workflow a kill
-    took = time.monotonic() - started
-    print(
-        f"\nworkflow chaos: {WORKFLOWS}x{STEPS} steps, {kills} kills, {again} steps re-run, "
-        f"{took:.1f} s"
-    )
-    assert kills >= 3
+    return again
 
 
 def test_a_zombie_past_its_lease_records_no_checkpoint(
@@ -149,3 +157,133 @@ def test_a_durable_sleep_on_the_real_clock_holds_no_slot(
     other = scheduler.get(busy)
     assert other.finished_at is not None and record.finished_at is not None
     assert other.finished_at < record.finished_at - timedelta(seconds=0.5)
+
+
+#: The restart test's workflows: so many, of STEPS steps, each step pausing PAUSE seconds
+#: (a kill finds some mid-way; the reclaimer has work for a few cuts).
+RESTART_WORKFLOWS = 16
+PAUSE = 0.05
+#: Cuts while the reclaimer runs the workflows, each once it recorded new checkpoints.
+CUTS_WHILE_RUNNING = 6
+#: Every connection to the test database but the caller's, ended as a restart ends them.
+CUT = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+#: What the worker logs at the first store error of a run of them, and once one works again.
+STREAK, RECOVERED = "(retrying with backoff;", "store working again"
+
+
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_database_restart_during_a_reclaim_strands_no_workflow_and_reruns_no_recorded_step(
+    db: str, workers: Workers, scheduler: Scheduler, tmp_path: Path
+) -> None:
+    """Worker A is SIGKILLed with workflows mid-way; worker B reclaims them once A's
+    leases lapse, while the database "restarts" as its clients see it: every connection
+    to it is terminated (``pg_terminate_backend``) every 50 ms from just before A's
+    leases lapse until B's reclaim of them has committed, then each time B has recorded
+    new checkpoints, then once more with B idle. A restart of the server ends every
+    client's connections so ("terminating connection due to administrator command"),
+    and also refuses new ones for a while, which this does not imitate (a refused
+    connection is a store error too, backed off from alike); the server is shared with
+    other tests' databases, so this database's connections are cut instead. Every
+    workflow ends SUCCEEDED, no step whose checkpoint committed runs again, and B, met by
+    the cuts, backs off, recovers and keeps running."""
+    import psycopg  # noqa: PLC0415 - only for PostgreSQL
+
+    scheduler.submit_many("wf_chaos", [{"steps": STEPS, "pause": PAUSE}] * RESTART_WORKFLOWS)
+    first = workers.start(concurrency=4, lease=3)  # lapses once B is up, loaded or not
+
+    def stopped_mid_way() -> bool:
+        """Two workflows with two steps left at least, then A stopped (SIGSTOP) with two
+        still mid-way (a step ending between the two reads, A goes on)."""
+        if mid_way(db, STEPS - 2) < 2:
+            return False
+        first.send_signal(signal.SIGSTOP)
+        if mid_way(db, STEPS - 1) >= 2:
+            return True
+        first.send_signal(signal.SIGCONT)
+        return False
+
+    wait_for(stopped_mid_way, "workflows mid-way in worker A")
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    (owner,) = {r[0] for r in query(db, "SELECT lease_owner FROM tasks WHERE state = 'RUNNING'")}
+    held = count(db, "state = 'RUNNING'")
+    # B's lease is short, and it gives up only after a minute of store errors in a row.
+    second = workers.start("--give-up-after", "60", concurrency=4, lease=1)
+    workers.wait_started(second)
+
+    def finished() -> bool:
+        return count(db, "state = 'SUCCEEDED'") == RESTART_WORKFLOWS
+
+    def moved_on(since: int) -> Callable[[], bool]:
+        return lambda: finished() or checkpoints(db) >= since + 2
+
+    with psycopg.connect(db, autocommit=True) as admin:
+        wait_for(lambda: held_by(db, owner, lapsing_after=0.1) == 0, "A's leases to near an end")
+        during_reclaim = 0
+        deadline = time.monotonic() + DEADLINE
+        while held_by(db, owner):
+            assert time.monotonic() < deadline, "worker B reclaimed none of A's workflows"
+            admin.execute(CUT)
+            during_reclaim += 1
+            time.sleep(0.05)
+        while_running = 0
+        for _ in range(CUTS_WHILE_RUNNING):
+            wait_for(moved_on(checkpoints(db)), "B to record new checkpoints")
+            if finished():
+                break
+            admin.execute(CUT)
+            while_running += 1
+        wait_for(finished, "every workflow to succeed")
+        # Idle, B's next store call is its claim loop's own: it backs off, then recovers.
+        wait_for(lambda: open_streaks(workers.log(1)) == 0, "B's last store errors to pass")
+        before = workers.log(1).count(RECOVERED)
+        admin.execute(CUT)
+        wait_for(lambda: workers.log(1).count(RECOVERED) > before, "B to recover, idle")
+    assert second.poll() is None, "worker B gave up"
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+    reclaimed = query(
+        db,
+        "SELECT count(DISTINCT task_id) FROM task_events WHERE detail LIKE ?",
+        f"lease of {owner} %",
+    )
+    assert reclaimed == [(held,)]
+    again = verify_steps(db, tmp_path, RESTART_WORKFLOWS, STEPS)
+    sql = "SELECT count(*) FROM task_events WHERE error::text LIKE '%connection%'"
+    cut_short = query(db, sql)[0][0]
+    print(
+        f"\nrestart: {held} workflows reclaimed, {during_reclaim} cuts until the reclaim "
+        f"committed, {while_running} while running; {cut_short} attempts cut short, "
+        f"{again} steps re-run"
+    )
+
+
+def mid_way(db: str, most: int) -> int:
+    """How many RUNNING workflows have at least one step recorded and at most ``most``."""
+    sql = (
+        "SELECT t.id FROM tasks t JOIN task_steps s ON s.task_id = t.id "
+        "WHERE t.state = 'RUNNING' GROUP BY t.id HAVING count(*) <= ?"
+    )
+    return len(query(db, sql, most))
+
+
+def held_by(db: str, owner: str, lapsing_after: float | None = None) -> int:
+    """How many tasks ``owner`` holds (with a lease lapsing after that many seconds)."""
+    sql = "SELECT count(*) FROM tasks WHERE state = 'RUNNING' AND lease_owner = ?"
+    if lapsing_after is None:
+        return int(query(db, sql, owner)[0][0])
+    sql += " AND lease_expires_at > now() + ? * interval '1 second'"
+    return int(query(db, sql, owner, lapsing_after)[0][0])
+
+
+def checkpoints(db: str) -> int:
+    return int(query(db, "SELECT count(*) FROM task_steps")[0][0])
+
+
+def open_streaks(log: str) -> int:
+    """A worker's runs of store errors not over yet (by its log: each run's first error
+    says it retries with backoff; its end, that the store works again)."""
+    return log.count(STREAK) - log.count(RECOVERED)
