@@ -1,13 +1,15 @@
 """Workflows in real worker processes (docs/workflows.md): SIGKILL chaos across three
 workers, with each step writing a database effect in its checkpoint transaction and a
 line to a file; a zombie (SIGSTOP past its lease) recording no checkpoint; the real
-clock's durable sleep."""
+clock's durable sleep; a database restart while a worker reclaims a killed worker's
+workflows (PostgreSQL)."""
 
 from __future__ import annotations
 
 import os
 import random
 import signal
+import subprocess
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from durablesched import Scheduler
 from durablesched.store.opening import open_store
 from durablesched.store.sql.store import SQLStore
 
-from .conftest import DEADLINE, Workers, count, query, wait_for
+from .conftest import Workers, count, query, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -163,6 +165,8 @@ def test_a_durable_sleep_on_the_real_clock_holds_no_slot(
 #: (a kill finds some mid-way; the reclaimer has work for a few cuts).
 RESTART_WORKFLOWS = 16
 PAUSE = 0.05
+#: Reclaims of the dead worker's leases cut mid-transaction, one after the other.
+RECLAIMS_CUT = 2
 #: Cuts while the reclaimer runs the workflows, each once it recorded new checkpoints.
 CUTS_WHILE_RUNNING = 6
 #: Every connection to the test database but the caller's, ended as a restart ends them.
@@ -180,55 +184,51 @@ def test_a_database_restart_during_a_reclaim_strands_no_workflow_and_reruns_no_r
 ) -> None:
     """Worker A is SIGKILLed with workflows mid-way; worker B reclaims them once A's
     leases lapse, while the database "restarts" as its clients see it: every connection
-    to it is terminated (``pg_terminate_backend``) every 50 ms from just before A's
-    leases lapse until B's reclaim of them has committed, then each time B has recorded
-    new checkpoints, then once more with B idle. A restart of the server ends every
-    client's connections so ("terminating connection due to administrator command"),
-    and also refuses new ones for a while, which this does not imitate (a refused
-    connection is a store error too, backed off from alike); the server is shared with
-    other tests' databases, so this database's connections are cut instead. Every
-    workflow ends SUCCEEDED, no step whose checkpoint committed runs again, and B, met by
-    the cuts, backs off, recovers and keeps running."""
+    to it is terminated (``pg_terminate_backend``) while B's reclaim is mid-transaction
+    (it read A's lapsed leases and waits for a row lock the test holds on one of A's
+    workflows), twice, then each time B has recorded new checkpoints, then once more
+    with B idle. A restart of the server ends
+    every client's connections so ("terminating connection due to administrator
+    command"), and also refuses new ones for a while, which this does not imitate (a
+    refused connection is a store error too, backed off from alike); the server is
+    shared with other tests' databases, so this database's connections are cut instead.
+    Every workflow ends SUCCEEDED, no step whose checkpoint committed runs again, and B,
+    met by the cuts, backs off, recovers and keeps running."""
     import psycopg  # noqa: PLC0415 - only for PostgreSQL
 
     scheduler.submit_many("wf_chaos", [{"steps": STEPS, "pause": PAUSE}] * RESTART_WORKFLOWS)
     first = workers.start(concurrency=4, lease=3)  # lapses once B is up, loaded or not
 
-    def stopped_mid_way() -> bool:
-        """Two workflows with two steps left at least, then A stopped (SIGSTOP) with two
-        still mid-way (a step ending between the two reads, A goes on)."""
-        if mid_way(db, STEPS - 2) < 2:
-            return False
-        first.send_signal(signal.SIGSTOP)
-        if mid_way(db, STEPS - 1) >= 2:
-            return True
-        first.send_signal(signal.SIGCONT)
-        return False
+    running = killed_mid_way(db, first)
+    (owner,) = {o for _, o in running}
+    held, locked = len(running), running[-1][0]
+    with psycopg.connect(db) as admin:  # not in autocommit: a row lock lasts until rollback
+        lock = "SELECT id FROM tasks WHERE id = %s FOR UPDATE"
+        admin.execute(lock, (locked,))  # before B starts: no reclaim of A's commits uncut
+        # B's lease is short, and it gives up only after a minute of store errors in a row.
+        second = workers.start("--give-up-after", "60", concurrency=4, lease=1)
 
-    wait_for(stopped_mid_way, "workflows mid-way in worker A")
-    first.send_signal(signal.SIGKILL)
-    first.wait(30)
-    (owner,) = {r[0] for r in query(db, "SELECT lease_owner FROM tasks WHERE state = 'RUNNING'")}
-    held = count(db, "state = 'RUNNING'")
-    # B's lease is short, and it gives up only after a minute of store errors in a row.
-    second = workers.start("--give-up-after", "60", concurrency=4, lease=1)
-    workers.wait_started(second)
+        def finished() -> bool:
+            assert second.poll() is None, "worker B gave up"  # checked by every wait below
+            return count(db, "state = 'SUCCEEDED'") == RESTART_WORKFLOWS
 
-    def finished() -> bool:
-        return count(db, "state = 'SUCCEEDED'") == RESTART_WORKFLOWS
+        def reclaim_stopped() -> bool:
+            """B's reclaim waits for the row the test locked (or B reclaimed A's already:
+            the lock taken again a moment late)."""
+            assert second.poll() is None, "worker B gave up"
+            return held_by(db, owner) == 0 or reclaim_waiting(db)
 
-    def moved_on(since: int) -> Callable[[], bool]:
-        return lambda: finished() or checkpoints(db) >= since + 2
+        def moved_on(since: int) -> Callable[[], bool]:
+            return lambda: finished() or checkpoints(db) >= since + 2
 
-    with psycopg.connect(db, autocommit=True) as admin:
-        wait_for(lambda: held_by(db, owner, lapsing_after=0.1) == 0, "A's leases to near an end")
-        during_reclaim = 0
-        deadline = time.monotonic() + DEADLINE
-        while held_by(db, owner):
-            assert time.monotonic() < deadline, "worker B reclaimed none of A's workflows"
+        for n in range(RECLAIMS_CUT):
+            if n:
+                admin.execute(lock, (locked,))  # at once: B backs off 50 ms at least
+            wait_for(reclaim_stopped, "B's reclaim to wait for the row lock")
             admin.execute(CUT)
-            during_reclaim += 1
-            time.sleep(0.05)
+            admin.rollback()
+        admin.autocommit = True
+        wait_for(lambda: finished() or held_by(db, owner) == 0, "B to reclaim A's workflows")
         while_running = 0
         for _ in range(CUTS_WHILE_RUNNING):
             wait_for(moved_on(checkpoints(db)), "B to record new checkpoints")
@@ -241,7 +241,7 @@ def test_a_database_restart_during_a_reclaim_strands_no_workflow_and_reruns_no_r
         wait_for(lambda: open_streaks(workers.log(1)) == 0, "B's last store errors to pass")
         before = workers.log(1).count(RECOVERED)
         admin.execute(CUT)
-        wait_for(lambda: workers.log(1).count(RECOVERED) > before, "B to recover, idle")
+        wait_for(lambda: finished() and workers.log(1).count(RECOVERED) > before, "B to recover")
     assert second.poll() is None, "worker B gave up"
     second.send_signal(signal.SIGTERM)
     assert second.wait(30) == 0
@@ -251,14 +251,41 @@ def test_a_database_restart_during_a_reclaim_strands_no_workflow_and_reruns_no_r
         f"lease of {owner} %",
     )
     assert reclaimed == [(held,)]
+    assert "reclaiming expired leases failed" in workers.log(1)  # the cut reclaims
     again = verify_steps(db, tmp_path, RESTART_WORKFLOWS, STEPS)
     sql = "SELECT count(*) FROM task_events WHERE error::text LIKE '%connection%'"
     cut_short = query(db, sql)[0][0]
     print(
-        f"\nrestart: {held} workflows reclaimed, {during_reclaim} cuts until the reclaim "
-        f"committed, {while_running} while running; {cut_short} attempts cut short, "
+        f"\nrestart: {held} workflows reclaimed, {RECLAIMS_CUT} reclaims cut, "
+        f"{while_running} cuts while running; {cut_short} attempts cut short, "
         f"{again} steps re-run"
     )
+
+
+def killed_mid_way(db: str, worker: subprocess.Popen[bytes]) -> list[tuple[int, str]]:
+    """SIGKILL ``worker`` once two workflows are mid-way in it (each with steps recorded
+    and steps left); the tasks it held then, by id, with its name (their lease owner)."""
+
+    def stopped_mid_way() -> bool:
+        # Two steps left at least when seen, then stopped (SIGSTOP) with a step left still
+        # (else a step ended between the two reads: it goes on).
+        if mid_way(db, STEPS - 2) < 2:
+            return False
+        worker.send_signal(signal.SIGSTOP)
+        if mid_way(db, STEPS - 1) >= 2:
+            return True
+        worker.send_signal(signal.SIGCONT)
+        return False
+
+    wait_for(stopped_mid_way, "workflows mid-way in the worker")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(30)
+    return [
+        (int(i), str(o))
+        for i, o in query(
+            db, "SELECT id, lease_owner FROM tasks WHERE state = 'RUNNING' ORDER BY id"
+        )
+    ]
 
 
 def mid_way(db: str, most: int) -> int:
@@ -270,13 +297,10 @@ def mid_way(db: str, most: int) -> int:
     return len(query(db, sql, most))
 
 
-def held_by(db: str, owner: str, lapsing_after: float | None = None) -> int:
-    """How many tasks ``owner`` holds (with a lease lapsing after that many seconds)."""
+def held_by(db: str, owner: str) -> int:
+    """How many tasks ``owner`` holds."""
     sql = "SELECT count(*) FROM tasks WHERE state = 'RUNNING' AND lease_owner = ?"
-    if lapsing_after is None:
-        return int(query(db, sql, owner)[0][0])
-    sql += " AND lease_expires_at > now() + ? * interval '1 second'"
-    return int(query(db, sql, owner, lapsing_after)[0][0])
+    return int(query(db, sql, owner)[0][0])
 
 
 def checkpoints(db: str) -> int:
@@ -287,3 +311,13 @@ def open_streaks(log: str) -> int:
     """A worker's runs of store errors not over yet (by its log: each run's first error
     says it retries with backoff; its end, that the store works again)."""
     return log.count(STREAK) - log.count(RECOVERED)
+
+
+def reclaim_waiting(db: str) -> bool:
+    """A reclaim's transaction waits for a row lock: the statement locking the rows it
+    finalises (``LOCK_TASKS``), which nothing else in the test runs on A's rows."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE 'SELECT id FROM tasks WHERE id = ANY(%'"
+    )
+    return bool(query(db, sql)[0][0])
