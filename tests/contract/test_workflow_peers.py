@@ -1,8 +1,9 @@
 """The peers' recovery bugs (issue 31), as tests here: two workers racing to reclaim one
 workflow run it once; a signal taken by a wait whose task is then reclaimed replays the
 same payload; purging a finished workflow and reusing its idempotency key never
-replays the old steps. (A database restarted during a reclaim has no test yet: issue 31
-keeps it open.)"""
+replays the old steps. The last, a database restarted while a worker reclaims a dead
+worker's workflows, needs real processes and a server: tests/processes/test_workflows.py
+(``test_a_database_restart_during_a_reclaim_...``, PostgreSQL)."""
 
 from __future__ import annotations
 

@@ -127,14 +127,15 @@ def _step_effect(task_id: int, step: int, attempt: int) -> Callable[[Connection,
     pass_context=True,
     retry=RetryPolicy(max_attempts=50, initial=timedelta(milliseconds=20), jitter=0.5),
 )
-def wf_chaos(ctx: TaskContext, steps: int) -> int:
-    """A workflow of ``steps`` steps, each appending a line to a file (external) and writing
-    a database effect in its checkpoint's transaction."""
+def wf_chaos(ctx: TaskContext, steps: int, pause: float = 0.002) -> int:
+    """A workflow of ``steps`` steps, each appending a line to a file (external), pausing
+    ``pause`` seconds (long enough to be caught mid-step by a kill), and writing a
+    database effect in its checkpoint's transaction."""
     total = 0
 
     def run(step: int) -> int:
         _append("steps", f"{ctx.task_id} {step} {ctx.attempt} {os.getpid()}")
-        threading.Event().wait(0.002)  # long enough to be caught mid-step by a kill
+        threading.Event().wait(pause)
         return step
 
     for step in range(steps):
