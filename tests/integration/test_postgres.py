@@ -213,6 +213,41 @@ def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
         store.close()
 
 
+def test_a_listening_watcher_whose_connection_is_cut_listens_again(pg_database: str) -> None:
+    """A restarted server (or a proxy) ends the LISTEN connection: the watcher says it
+    may have missed something, opens a new one, and hears the next submit. Fails with
+    the reopening left out (the worker would hear nothing until its safety poll)."""
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need it
+
+    store = PostgresStore(pg_database)
+    other = PostgresStore(pg_database)
+    watcher = store.watch_changes(safety_poll=None)
+    missed, heard = threading.Semaphore(0), threading.Event()
+
+    def deliver(payloads: list[str] | None) -> None:
+        if payloads is None:
+            missed.release()
+        else:
+            heard.set()
+
+    watcher.start_payloads(deliver)
+    try:
+        with psycopg.connect(pg_database.replace("+psycopg", ""), autocommit=True) as admin:
+            (cut,) = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ).fetchall()
+        assert cut == (True,)
+        assert missed.acquire(timeout=WAIT)  # it noticed the cut
+        assert missed.acquire(timeout=WAIT)  # and listens again
+        Scheduler(other, clock=ManualClock(T0)).submit("t")
+        assert heard.wait(WAIT)
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
 def test_a_signal_that_wakes_a_waiting_workflow_wakes_a_listening_watcher(
     pg_database: str,
 ) -> None:
