@@ -2,17 +2,22 @@
 the per-key machinery costs a queue that does not use it.
 
 ``python -m benchmarks.limit_keys [--tasks N] [--keys K] [--busy B] [--claims C]
-[--plain N] [--rounds R] [--pg URL]``
+[--claim-rounds R] [--plain N] [--rounds R] [--pg URL]``
 
 1. **Busy key.** ``--tasks`` pending tasks in one queue over ``--keys`` limit keys, one
    of which (the busy key) holds ``--busy`` of them ahead of every other (a higher
    priority, due first), with a concurrency per key of 1 and the busy key running
-   one. ``--claims`` claims of 10 are timed (each takes 10 other keys' heads) against
-   the same claims in a queue of as many tasks without limit keys. Target: a ratio
-   of at most 1.5 at 1,000,000 tasks, 10,000 keys, 100,000 busy. On PostgreSQL the
-   claims are timed again after ``VACUUM ANALYZE tasks`` (see :func:`vacuum`: the
-   limit set after the fill leaves dead index entries that the claim steps over
-   until then; a server with autovacuum off never removes them).
+   one; beside it a queue of as many tasks without limit keys (filled the same way,
+   its first task running too). Both are built first, then ``--claims`` claims of 10
+   on each (a keyed one takes 10 other keys' heads, never the busy key's) are timed
+   in turn, in ``--claim-rounds`` rounds: a block of claims on one queue, then as
+   many on the other, which goes first turning each round. Reported: the median of
+   the rounds' ratios (the keyed block's median claim over the plain one's), their
+   quartiles and range. Target: a ratio of at most 1.5 at 1,000,000 tasks, 10,000
+   keys, 100,000 busy. On PostgreSQL the claims are timed again after ``VACUUM
+   ANALYZE tasks`` of both (see :func:`vacuum`: the limit set after the fill leaves
+   dead index entries that the claim steps over until then; a server with
+   autovacuum off never removes them).
 2. **Plain queue.** ``--plain`` tasks without keys submitted and drained through the
    store (claims of 32 and group commits of their successes, one thread) with the
    triggers on ``tasks`` (migrations 0013 and 0017) in place and dropped: what a queue
@@ -103,6 +108,27 @@ def claim_times(store: SQLStore, claims: int, keyed: bool, first: int = 0) -> li
     return times
 
 
+def in_turn(
+    stores: dict[bool, SQLStore], claims: int, rounds: int, first: int = 0
+) -> tuple[dict[bool, list[float]], list[float]]:
+    """``claims`` claims of 10 on each store (keyed or not), timed in ``rounds`` rounds: a
+    round times a block of claims on one store, then as many on the other, which goes
+    first turning each round, so a slow spell of a shared machine hits both sides of a
+    round's ratio. Returns every claim's seconds per store and each round's ratio of the
+    two blocks' medians (keyed over plain)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    ratios = []
+    block = max(claims // rounds, 1)
+    for r in range(rounds):
+        offset = first + r * block
+        order = (True, False) if r % 2 == 0 else (False, True)
+        found = {keyed: claim_times(stores[keyed], block, keyed, offset) for keyed in order}
+        for keyed, block_times in found.items():
+            times[keyed] += block_times
+        ratios.append(statistics.median(found[True]) / statistics.median(found[False]))
+    return times, ratios
+
+
 def vacuum(store: SQLStore) -> None:
     """PostgreSQL: ``VACUUM ANALYZE tasks``, as autovacuum would in time. Setting the limit
     after the fill rewrites every keyed task (``key_waiting``); until a vacuum, the old
@@ -113,34 +139,48 @@ def vacuum(store: SQLStore) -> None:
 
 
 def busy_key(
-    name: str, open_store: Callable[[], SQLStore], *, tasks: int, keys: int, busy: int, claims: int
+    name: str,
+    open_store: Callable[[], SQLStore],
+    *,
+    tasks: int,
+    keys: int,
+    busy: int,
+    claims: int,
+    rounds: int,
 ) -> None:
-    medians: dict[tuple[bool, bool], float] = {}
-    for keyed in (False, True):
-        store = open_store()
-        try:
+    """Both queues filled (the keyed one with the busy key's backlog ahead, the plain one
+    with as many tasks without keys), then their claims timed in turn (:func:`in_turn`)."""
+    stores: dict[bool, SQLStore] = {}
+    try:
+        for keyed in (False, True):
+            stores[keyed] = open_store()
             start = time.perf_counter()
-            fill(store, tasks, keys, busy, keyed)
+            fill(stores[keyed], tasks, keys, busy, keyed)
             built = time.perf_counter() - start
-            rounds = [(False, claim_times(store, claims, keyed))]
-            if store.dialect.name == "postgresql":
-                vacuum(store)
-                rounds.append((True, claim_times(store, claims, keyed, first=claims)))
-        finally:
-            store.close()
-        for vacuumed, times in rounds:
-            medians[keyed, vacuumed] = statistics.median(times)
             print(
-                f"{name}, {'busy key' if keyed else 'no keys'}"
-                f"{', after VACUUM' if vacuumed else ''}: built {tasks:,} tasks in "
-                f"{built:.1f}s; claim of 10: median {medians[keyed, vacuumed] * 1000:.2f} ms, "
-                f"max {max(times) * 1000:.2f} ms over {claims}"
+                f"{name}, {'busy key' if keyed else 'no keys'}: built {tasks:,} tasks in "
+                f"{built:.1f}s"
             )
-    for vacuumed in sorted({v for _, v in medians}):
+        found = [("", *in_turn(stores, claims, rounds))]
+        if stores[True].dialect.name == "postgresql":
+            for store in stores.values():
+                vacuum(store)
+            found.append((" (after VACUUM)", *in_turn(stores, claims, rounds, first=claims)))
+    finally:
+        for store in stores.values():
+            store.close()
+    for when, times, ratios in found:
+        med = {keyed: statistics.median(t) * 1000 for keyed, t in times.items()}
+        spread = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         print(
-            f"{name}{' (after VACUUM)' if vacuumed else ''}: a claim with a busy key of "
-            f"{busy:,} ahead costs {medians[True, vacuumed] / medians[False, vacuumed]:.2f}x "
-            "one without keys (target <= 1.5)"
+            f"{name}{when}: claim of 10 (median of {len(times[True])} each, in turn): "
+            f"{med[True]:.2f} ms with the busy key ahead, {med[False]:.2f} ms without keys"
+        )
+        print(
+            f"{name}{when}: a claim with a busy key of {busy:,} ahead costs "
+            f"{statistics.median(ratios):.2f}x one without keys (median of {len(ratios)} "
+            f"rounds' ratios; quartiles {spread[0]:.2f}-{spread[2]:.2f}, range "
+            f"{min(ratios):.2f}-{max(ratios):.2f}; target <= 1.5)"
         )
 
 
@@ -244,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--busy", type=int, default=100_000)
-    parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--claims", type=int, default=200, help="claims of 10 per queue")
+    parser.add_argument(
+        "--claim-rounds", type=int, default=20, help="rounds the claims are timed in, in turn"
+    )
     parser.add_argument("--plain", type=int, default=20_000, help="tasks per plain-queue run")
     parser.add_argument("--rounds", type=int, default=3, help="plain-queue runs of each kind")
     parser.add_argument("--debounce-rate", type=int, default=1_000, help="submits a second")
@@ -258,7 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             path = fresh(Path(tmp) / f"keys{next(counter)}.db")
             return SQLiteStore(path, durability="normal")
 
-        sizes = {"tasks": args.tasks, "keys": args.keys, "busy": args.busy, "claims": args.claims}
+        sizes = {
+            "tasks": args.tasks,
+            "keys": args.keys,
+            "busy": args.busy,
+            "claims": args.claims,
+            "rounds": args.claim_rounds,
+        }
         busy_key("SQLite", open_sqlite, **sizes)
         plain_queue("SQLite", open_sqlite, args.plain, args.rounds)
         debounce("SQLite", open_sqlite, args.debounce_rate, args.debounce_seconds)

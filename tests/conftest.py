@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import pytest
+from sqlalchemy import Connection
 
 from durablesched import (
     Claim,
@@ -178,3 +179,23 @@ def registry() -> TaskRegistry:
 @pytest.fixture
 def scheduler(store: Store, registry: TaskRegistry, clock: ManualClock) -> Scheduler:
     return Scheduler(store, registry=registry, clock=clock)
+
+
+def schema_diff(conn: Connection) -> list[Any]:
+    """Alembic's comparison of the migrated database on ``conn`` with the metadata,
+    leaving out on SQLite the indexes only PostgreSQL has (migration 0021)."""
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415 - schema tests only
+    from alembic.migration import MigrationContext  # noqa: PLC0415
+
+    from durablesched.store.sql.schema import POSTGRES_ONLY_INDEXES, metadata  # noqa: PLC0415
+
+    postgres = conn.dialect.name == "postgresql"
+    context = MigrationContext.configure(
+        conn,
+        opts={
+            "include_object": lambda obj, name, kind, *_: (
+                postgres or kind != "index" or name not in POSTGRES_ONLY_INDEXES
+            )
+        },
+    )
+    return list(compare_metadata(context, metadata))

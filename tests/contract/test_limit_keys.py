@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
 
 from durablesched import InvalidTaskError, ManualClock, QueueLimits, Rate, Scheduler, TaskRegistry
 from durablesched.metrics import metrics_text
 from durablesched.records import Claim, ErrorInfo, NewTask, Outcome
+from durablesched.states import TaskState
+from durablesched.store.sql.store import SQLStore
 
-from ..conftest import T0, BackendStore, at
+from ..conftest import T0, BackendStore, at, make_store
 
 LEASE = timedelta(seconds=30)
 
@@ -305,3 +309,90 @@ def test_a_queue_rate_counts_starts_committed_by_claims_with_later_times(
     assert claimed(store, n=3, when=14.200) == []  # 13.252 and two at 14.108: full
     assert len(claimed(store, n=3, when=14.252)) == 1
     assert len(tasks) == 6
+
+
+def key_counts_agree(store: SQLStore) -> dict[tuple[str, str], int]:
+    """Each key's ``durablesched_limit_keys.running`` (what a claim reads and adds its
+    starts to) against a count of the key's RUNNING tasks: equal for every row, and a
+    key with a task RUNNING in a queue limited per key has its row. The rows, by key."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT queue, limit_key, running FROM durablesched_limit_keys")
+        ).all()
+        conn.rollback()
+    counted = {(r.queue, r.limit_key): r.running for r in rows}
+    running: dict[tuple[str, str], int] = {}
+    for t in store.list_tasks(state=TaskState.RUNNING, limit=1_000):
+        if t.limit_key is not None:
+            running[(t.queue, t.limit_key)] = running.get((t.queue, t.limit_key), 0) + 1
+    keyed = {q.name for q in store.queue_limits() if q.key_cap is not None}
+    assert {k: n for k, n in counted.items() if n or k in running} == {
+        k: n for k, n in running.items() if k[0] in keyed
+    }
+    return counted
+
+
+@pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])
+def test_each_keys_running_count_stays_exact_on_every_path(
+    sql_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A claim adds its starts to the key's row; every other change of a keyed task
+    (outcome, retry, cancel, give-back, reclaim, suspend, requeue, purge, a new limit)
+    leaves the row's count equal to the key's RUNNING tasks. (The memory store keeps no
+    count: it counts a key's RUNNING tasks each time.)"""
+    store = make_store(sql_backend, tmp_path, request)
+    assert isinstance(store, SQLStore)
+    store.put_queue(QueueLimits("sync", concurrency_per_key=2), T0)
+    ids_of(store, [new(k, due=10 + i) for i in range(5) for k in ("a", "b", "c", "d")])
+    key_counts_agree(store)
+    claims = store.claim("w", 10, at(20), LEASE)  # one of each key
+    assert key_counts_agree(store)[("sync", "a")] == 1
+    claims += store.claim("w", 10, at(20), LEASE)  # the second of each key
+    counted = key_counts_agree(store)
+    assert all(counted[("sync", k)] == 2 for k in "abcd")
+    by_key = {k: [c for c in claims if store_key(store, c) == k] for k in "abcd"}
+    # a: one succeeds, the other fails with a retry; in the same step a claim takes a's next
+    (a1, a2) = by_key["a"]
+    error = ErrorInfo("E", "boom", "")
+    _, more = store.record_and_claim(
+        [Outcome(a1, result=None), Outcome(a2, error=error, retry_at=at(25))],
+        at(21),
+        owner="w",
+        limit=1,
+        lease=LEASE,
+    )
+    assert key_counts_agree(store)[("sync", "a")] == len(more) == 1
+    # b: one cancelled while running, the other given back at shutdown
+    (b1, b2) = by_key["b"]
+    store.request_cancel(b1.task_id, at(22))
+    assert store.acknowledge_cancel(b1, at(22))
+    key_counts_agree(store)
+    assert store.release([b2], at(22)) == 1
+    assert key_counts_agree(store).get(("sync", "b"), 0) == 0
+    # c: one fails for good (then requeued), the other suspends as a workflow's wait
+    (c1, c2) = by_key["c"]
+    store.record_and_claim([Outcome(c1, error=error)], at(23), owner="w", limit=0, lease=LEASE)
+    key_counts_agree(store)
+    store.requeue(c1.task_id, at(23))
+    key_counts_agree(store)
+    store.suspend(c2, at(60), at(23), detail="sleeping")
+    key_counts_agree(store)
+    # d: both leases expire: each lost attempt retries later
+    store.reclaim_expired(at(20) + LEASE, lambda name, attempt: timedelta(hours=1))
+    key_counts_agree(store)
+    # New claims, a lower limit under them, a purge of what finished, the limit lifted.
+    store.claim("w", 10, at(20) + LEASE, LEASE)
+    key_counts_agree(store)
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), at(20) + LEASE)
+    key_counts_agree(store)
+    store.purge(at(20) + 2 * LEASE)
+    key_counts_agree(store)
+    store.put_queue(QueueLimits("sync"), at(20) + LEASE)
+    key_counts_agree(store)
+    store.close()
+
+
+def store_key(store: SQLStore, claim: Claim) -> str | None:
+    task = store.get(claim.task_id)
+    assert task is not None
+    return task.limit_key

@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from freezegun import freeze_time
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -20,11 +18,10 @@ from durablesched.clock import ServerClock
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
-from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.urls import postgres_url
 from durablesched.workflows.steps import FOREVER
 
-from ..conftest import PG_URL, T0, WAIT, at, require_postgres
+from ..conftest import PG_URL, T0, WAIT, at, require_postgres, schema_diff
 
 
 @pytest.fixture
@@ -50,7 +47,7 @@ def test_migrations_on_an_empty_schema_match_the_metadata(pg_url: str) -> None:
     try:
         assert upgrade(engine) == head_revision()
         with engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+            diff = schema_diff(conn)
             types: dict[str, str] = dict(
                 conn.execute(
                     text(

@@ -8,18 +8,15 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
 from alembic.config import Config
-from alembic.migration import MigrationContext
 
 from durablesched import SchemaError, SQLiteStore, StoreError
 from durablesched.records import NewTask
 from durablesched.store.sql.codec import to_db_time
 from durablesched.store.sql.migrate import head_revision, upgrade
-from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.sqlite import SQLITE, create_sqlite_engine
 
-from ..conftest import T0, at
+from ..conftest import T0, at, schema_diff
 
 
 def test_migrations_on_an_empty_file_match_the_metadata(tmp_path: Path) -> None:
@@ -27,7 +24,7 @@ def test_migrations_on_an_empty_file_match_the_metadata(tmp_path: Path) -> None:
     try:
         assert upgrade(engine) == head_revision()
         with engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+            diff = schema_diff(conn)
             conn.rollback()
         assert diff == []
     finally:

@@ -9,18 +9,15 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import Engine, text
 
 from durablesched import PostgresStore, SchemaError, SQLiteStore, TaskState, WorkerInfo
 from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config, head_revision
 from durablesched.store.sql.postgres import create_postgres_engine
-from durablesched.store.sql.schema import metadata
 from durablesched.store.sql.sqlite import create_sqlite_engine
 from durablesched.store.sql.store import SQLStore
 
-from ..conftest import T0, at
+from ..conftest import T0, at, schema_diff
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -108,7 +105,7 @@ def test_upgrade_from_0007_keeps_everything_and_adds_workers(
         finally:
             store.close()
         with engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+            diff = schema_diff(conn)
             conn.rollback()
         assert diff == []
     finally:

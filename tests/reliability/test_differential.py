@@ -545,6 +545,22 @@ class StoresAgree(Counted):
         self.op = "submit"
         self.both("submit", self.new_tasks(data, count, "submit"), self.now())
 
+    @precondition(lambda self: any(q.key_cap is not None for q in self.memory.queue_limits()))
+    @rule(data=st.data(), count=st.integers(1, 3))
+    def submit_keyed(self, data: st.DataObject, count: int) -> None:
+        """Tasks with limit keys, due now, in a queue limited per key: without this rule
+        few keyed tasks ever run in such a queue, and each key's count of RUNNING tasks
+        (:meth:`each_limit_keys_running_count_is_exact`) would go untested."""
+        self.op = "submit"
+        keyed = sorted(q.name for q in self.memory.queue_limits() if q.key_cap is not None)
+        queue = data.draw(st.sampled_from(keyed), label="keyed queue")
+        tasks = [
+            t._replace(queue=queue, due_at=self.now(), limit_key=key)
+            for t in self.new_tasks(data, count, "keyed", debounce=False)
+            if (key := data.draw(st.sampled_from(["x", "y"]), label="limit key"))
+        ]
+        self.both("submit", tasks, self.now())
+
     @rule(data=st.data(), count=st.integers(1, 3), commit=st.booleans())
     def submit_in_transaction(self, data: st.DataObject, count: int, commit: bool) -> None:
         """With the caller's connection: the tasks exist if and only if it commits.
@@ -1499,6 +1515,25 @@ class StoresAgree(Counted):
         now = self.now()
         listed = self.both("list_workers", now)
         assert [w.state(now) for w in listed] == [w.state(now) for w in self.sql.list_workers(now)]
+
+    @invariant()
+    def each_limit_keys_running_count_is_exact(self) -> None:
+        """``durablesched_limit_keys.running`` (what a claim reads instead of counting) is
+        the number of the key's tasks RUNNING in its queue, after every step (claim,
+        outcome, reclaim, cancel, suspend, retry, requeue, move, purge), and a key with
+        a task RUNNING in a queue limited per key has its row."""
+        running = self.keys_running()
+        keyed = {q.name for q in self.memory.queue_limits() if q.key_cap is not None}
+        with self.sql.engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT queue, limit_key, running FROM durablesched_limit_keys")
+            ).all()
+            conn.rollback()
+        counted = {(r.queue, r.limit_key): r.running for r in rows}
+        for (queue, key), n in counted.items():
+            assert n == running.get((queue, key), 0), f"key {key} of {queue}: {n} counted"
+        for queue, key in running:
+            assert queue not in keyed or (queue, key) in counted, f"key {key} of {queue}: no row"
 
     @invariant()
     def a_task_cancelled_before_it_started_never_starts(self) -> None:

@@ -139,14 +139,17 @@ Index(
     sqlite_where=text("debounce_key IS NOT NULL"),
     postgresql_where=text("debounce_key IS NOT NULL"),
 )
-#: A limit key's RUNNING tasks, counted by the triggers (a claim adds one instead).
+#: A limit key's RUNNING tasks, counted by PostgreSQL's triggers (a claim adds one
+#: instead). SQLite keeps each key's count by its changes instead (migration 0021).
 Index(
     "ix_tasks_key_running",
     tasks.c.queue,
     tasks.c.limit_key,
-    sqlite_where=text("limit_key IS NOT NULL AND state = 'RUNNING'"),
     postgresql_where=text("limit_key IS NOT NULL AND state = 'RUNNING'"),
-)
+).ddl_if(dialect="postgresql")
+#: The indexes only PostgreSQL has (``ddl_if``), which Alembic's comparison of a SQLite
+#: database with this metadata must leave out.
+POSTGRES_ONLY_INDEXES = frozenset({"ix_tasks_key_running"})
 Index("ix_tasks_state_name", tasks.c.state, tasks.c.name)
 #: The dashboard's task list, newest first, one index per filter it walks
 #: (``Console.find_tasks``; docs/dashboard.md says what each costs a busy worker).

@@ -145,6 +145,13 @@ SQL_BLOCK_KEYS = text(
     "UPDATE tasks SET key_waiting = 1 WHERE queue = :name AND limit_key IS NOT NULL "
     f"AND {CLAIMABLE_SQL}"
 )
+#: ... count each key's RUNNING tasks into its row (SQLite's triggers add a change's part
+#: to the row's count since migration 0021; PostgreSQL's count again) ...
+SQL_SEED_KEYS = text(
+    "INSERT INTO durablesched_limit_keys (queue, limit_key, running, head_id) "
+    "SELECT queue, limit_key, count(*), NULL FROM tasks WHERE queue = :name "
+    "AND limit_key IS NOT NULL AND state = 'RUNNING' GROUP BY queue, limit_key"
+)
 #: ... and give each live key its head: setting a task's state to itself fires the
 #: triggers of migration 0013 for its key (one task per key).
 SQL_TOUCH_KEYS = text(

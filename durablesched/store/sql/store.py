@@ -112,6 +112,7 @@ from durablesched.store.sql.statements import (
     SQL_QUEUES,
     SQL_RELEASE,
     SQL_SEE_WORKER,
+    SQL_SEED_KEYS,
     SQL_STATE_AND_ENVIRONMENT,
     SQL_TOUCH_KEYS,
     SQL_UNBLOCK_KEYS,
@@ -659,6 +660,7 @@ class SQLStore(Transactions):
                 conn.execute(SQL_UNBLOCK_KEYS, name)
                 if limits.key_cap is not None:
                     conn.execute(SQL_BLOCK_KEYS, name)
+                    conn.execute(SQL_SEED_KEYS, name)
                     conn.execute(SQL_TOUCH_KEYS, name)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once
 
