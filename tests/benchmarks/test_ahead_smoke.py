@@ -4,6 +4,7 @@ and the default): every figure is produced. Not timed; the full run is
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from benchmarks import ahead
@@ -21,3 +22,15 @@ def test_the_claim_ahead_benchmark_runs(tmp_path: Path) -> None:
         assert "last_long_start_after_short_end_ms" in mixed
         latency = ahead.latency(tmp_path / f"t-{side}.db", size.samples, options)
         assert latency["samples"] == size.samples and latency["p50_ms"] >= 0
+
+
+def test_the_latency_part_runs_alone_in_turn(tmp_path: Path) -> None:
+    """Each run leaves no thread behind: a finish watcher left running watched the
+    directory and woke at every write of the next run's database, the other side's."""
+    size = ahead.Sizes(smoke=True, rounds=2, samples=2)
+    before = set(threading.enumerate())
+    figures = ahead.latency_rounds(tmp_path, size)
+    assert set(threading.enumerate()) <= before
+    assert all(len(p50s) == 2 for p50s in figures["latency_p50_ms_rounds"].values())
+    assert len(figures["ratios_per_round"]) == 2
+    assert figures["latency_p50_default_over_ahead0"] > 0

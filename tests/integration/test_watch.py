@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import select
 import sqlite3
 import sys
 import threading
@@ -10,6 +11,8 @@ import time
 import weakref
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,7 @@ from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worke
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.states import TaskState
 from durablesched.store.protocol import Outcomes
+from durablesched.store.sql import inotify as inotify_module
 from durablesched.store.sql import sqlite as sqlite_module
 from durablesched.store.sql.inotify import DirectoryWatch, watch_directory
 from durablesched.store.sql.sqlite import DataVersionWatcher
@@ -50,12 +54,48 @@ def test_directory_watch_reports_matching_files_only(tmp_path: Path) -> None:
     try:
         assert watch.wait(0) is False
         (tmp_path / "other.txt").write_text("x")
-        assert watch.wait(WAIT) is False  # an event, but not ours
+        assert watch.wait(0) is False  # an event, but not ours
         (tmp_path / "jobs.db-wal").write_text("x")
         assert watch.wait(WAIT) is True
         watch.interrupt()
         assert watch.wait(WAIT) is False  # returns at once, with nothing to report
     finally:
+        watch.close()
+
+
+@linux
+def test_directory_watch_waits_on_past_other_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another file's change does not end a wait: a database beside busy files (another
+    database, a log) would otherwise have its watcher read at each of their writes."""
+    watch = watch_directory(tmp_path, "jobs.db")
+    assert isinstance(watch, DirectoryWatch)
+    selects = 0
+    waiting_again = threading.Event()
+    real_select = select.select
+
+    def counted(*args: Any) -> Any:
+        nonlocal selects
+        selects += 1
+        if selects == 2:
+            waiting_again.set()  # the other file's event taken, the wait went on
+        return real_select(*args)
+
+    monkeypatch.setattr(inotify_module, "select", SimpleNamespace(select=counted))
+    seen: list[bool] = []
+    waiter = threading.Thread(target=lambda: seen.append(watch.wait(WAIT)))
+    try:
+        (tmp_path / "other.txt").write_text("x")
+        waiter.start()
+        assert waiting_again.wait(WAIT), f"the wait ended at the other file's event: {seen}"
+        (tmp_path / "jobs.db-wal").write_text("x")
+        waiter.join(WAIT)
+        assert seen == [True]
+    finally:
+        watch.interrupt()
+        if waiter.is_alive():
+            waiter.join(WAIT)
         watch.close()
 
 

@@ -12,6 +12,7 @@ import os
 import select
 import struct
 import sys
+import time
 from pathlib import Path
 
 IN_MODIFY = 0x002
@@ -44,10 +45,25 @@ class DirectoryWatch:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds; True if a matching file changed meanwhile."""
-        ready, _, _ = select.select([self._fd, self._stop_r], [], [], timeout)
-        if self._fd not in ready:
-            return False
+        """Block up to ``timeout`` seconds; True as soon as a matching file changes.
+
+        Other files' changes do not end the wait: a directory shared with files
+        written often (another database, a log) would otherwise wake the watcher,
+        and make it read the database, at each of their writes.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._fd, self._stop_r], [], [], left)
+            if self._fd not in ready:
+                return False
+            if self._relevant():
+                return True
+            if self._stop_r in ready or time.monotonic() >= deadline:
+                return False
+
+    def _relevant(self) -> bool:
+        """Take every queued event: True if one names a matching file."""
         relevant = False
         while True:
             try:
