@@ -70,6 +70,12 @@ RetryDelay = Callable[[str, int], timedelta]
 OnChange = Callable[[Exception | None], bool | float | None]
 
 
+def quiet_for(answer: bool | float, longest: float) -> float:
+    """How long a watcher answered ``answer`` (truthy) by its consumer keeps quiet: True
+    asks for its ``longest``, a number of seconds for as long, if shorter."""
+    return longest if answer is True else min(answer, longest)
+
+
 class ChangeWatcher(Protocol):
     """Notices, on a thread of its own, that another connection committed."""
 

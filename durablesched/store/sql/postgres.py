@@ -27,7 +27,7 @@ from durablesched.queues import KEY_CAP_UNLIMITED, MAX_PRIORITY
 from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import Awaited, OnChange, OnFinished
+from durablesched.store.protocol import Awaited, OnChange, OnFinished, quiet_for
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, TERMINAL_SQL
@@ -672,7 +672,7 @@ class NotifyWatcher:
                 self._nudged.clear()  # before asking: a nudge after the answer is kept
                 quiet = deliver(None if missed else payloads)
                 if quiet:
-                    self._nudged.wait(self.QUIET if quiet is True else min(quiet, self.QUIET))
+                    self._nudged.wait(quiet_for(quiet, self.QUIET))
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None

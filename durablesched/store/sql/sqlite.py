@@ -35,7 +35,7 @@ from durablesched.errors import (
 from durablesched.records import Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
-from durablesched.store.protocol import Awaited, OnChange, OnFinished, Outcomes
+from durablesched.store.protocol import Awaited, OnChange, OnFinished, Outcomes, quiet_for
 from durablesched.store.sql.codec import finished_outcomes, to_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
@@ -874,7 +874,7 @@ class DataVersionWatcher:
                 self._nudged.clear()
                 quiet = on_change(None)
                 if quiet:
-                    self._nudged.wait(self.QUIET if quiet is True else min(quiet, self.QUIET))
+                    self._nudged.wait(quiet_for(quiet, self.QUIET))
             elif written:
                 recheck = self.SETTLE
             elif recheck is not None:
