@@ -16,6 +16,7 @@ from .test_upgrade_limit_key_claims import (
     claim_keys,
     claim_old,
     database,
+    keyed_queue_at,
     open_store,
     running_per_key,
     stamp,
@@ -59,15 +60,7 @@ def test_0018_keeps_limits_per_key_up_down_and_up(database: tuple[str, Engine]) 
     url, engine = database
     postgres = engine.dialect.name == "postgresql"
     try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0017")
-            conn.execute(
-                text(
-                    "INSERT INTO durablesched_queues (name, paused, updated_at, "
-                    "concurrency_per_key) VALUES ('q', 0, :now, 1)"
-                ),
-                {"now": stamp(engine, 0)},
-            )
+        keyed_queue_at(engine, "0017", 1)
         before, old_trigger = triggers(engine), update_trigger(engine)
         for task_id in range(1001, 1007):  # ids the store's counter does not hand out
             insert_old(engine, task_id, f"k{task_id % 2}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from durablesched.records import NewTask
 from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config
@@ -20,9 +20,9 @@ from .test_upgrade_limit_key_claim_statement import insert_old, update_trigger
 from .test_upgrade_limit_key_claims import (
     claim_keys,
     claim_old,
+    keyed_queue_at,
     open_store,
     running_per_key,
-    stamp,
     triggers,
 )
 from .test_upgrade_limit_key_waiting_index import waiting_per_key
@@ -38,15 +38,7 @@ def database(tmp_path: Path) -> tuple[str, Engine]:
 def test_0020_keeps_heads_and_limits_up_down_and_up(database: tuple[str, Engine]) -> None:
     url, engine = database
     try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0019")
-            conn.execute(
-                text(
-                    "INSERT INTO durablesched_queues (name, paused, updated_at, "
-                    "concurrency_per_key) VALUES ('q', 0, :now, 2)"
-                ),
-                {"now": stamp(engine, 0)},
-            )
+        keyed_queue_at(engine, "0019", 2)
         before, old_trigger = triggers(engine), update_trigger(engine)
         for task_id in range(1001, 1009):  # ids the store's counter does not hand out
             insert_old(engine, task_id, f"k{task_id % 2}")

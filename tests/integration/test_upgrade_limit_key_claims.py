@@ -83,6 +83,19 @@ def claim_old(engine: Engine) -> list[tuple[int, str]]:
         return sorted((int(i), str(k)) for i, k in rows)
 
 
+def keyed_queue_at(engine: Engine, revision: str, per_key: int) -> None:
+    """The schema at ``revision``, with queue q limited to ``per_key`` running per key."""
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+        conn.execute(
+            text(
+                "INSERT INTO durablesched_queues (name, paused, updated_at, "
+                "concurrency_per_key) VALUES ('q', 0, :now, :per_key)"
+            ),
+            {"now": stamp(engine, 0), "per_key": per_key},
+        )
+
+
 def running_per_key(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT limit_key, running FROM durablesched_limit_keys"))
@@ -100,15 +113,7 @@ def claim_keys(store: SQLStore, n: int, second: int) -> list[str | None]:
 def test_0017_keeps_limits_per_key_up_down_and_up(database: tuple[str, Engine]) -> None:
     url, engine = database
     try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0016")
-            conn.execute(
-                text(
-                    "INSERT INTO durablesched_queues (name, paused, updated_at, "
-                    "concurrency_per_key) VALUES ('q', 0, :now, 1)"
-                ),
-                {"now": stamp(engine, 0)},
-            )
+        keyed_queue_at(engine, "0016", 1)
         before = triggers(engine)
         assert "durablesched_limit_key_insert" in before
         for task_id in range(1001, 1007):  # ids the store's counter does not hand out

@@ -21,9 +21,9 @@ from .test_upgrade_limit_key_claim_statement import insert_old
 from .test_upgrade_limit_key_claims import (
     LEASE,
     claim_old,
+    keyed_queue_at,
     open_store,
     running_per_key,
-    stamp,
     triggers,
 )
 
@@ -53,23 +53,10 @@ def has_running_index(engine: Engine) -> bool:
         return bool(conn.execute(text(sql)).scalar())
 
 
-def at_0020(engine: Engine) -> None:
-    """The schema at 0020 with queue q limited to 2 per key."""
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), "0020")
-        conn.execute(
-            text(
-                "INSERT INTO durablesched_queues (name, paused, updated_at, "
-                "concurrency_per_key) VALUES ('q', 0, :now, 2)"
-            ),
-            {"now": stamp(engine, 0)},
-        )
-
-
 def test_0021_keeps_running_counts_exact_up_down_and_up(database: tuple[str, Engine]) -> None:
     url, engine = database
     try:
-        at_0020(engine)
+        keyed_queue_at(engine, "0020", 2)
         before = triggers(engine)
         for task_id in range(1001, 1009):  # ids the store's counter does not hand out
             insert_old(engine, task_id, f"k{task_id % 2}")

@@ -20,9 +20,9 @@ from .test_upgrade_limit_key_claim_statement import insert_old
 from .test_upgrade_limit_key_claims import (
     claim_keys,
     claim_old,
+    keyed_queue_at,
     open_store,
     running_per_key,
-    stamp,
     triggers,
 )
 
@@ -50,15 +50,7 @@ def waiting_per_key(engine: Engine) -> dict[str, int]:
 def test_0019_keeps_heads_and_limits_up_down_and_up(database: tuple[str, Engine]) -> None:
     url, engine = database
     try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0018")
-            conn.execute(
-                text(
-                    "INSERT INTO durablesched_queues (name, paused, updated_at, "
-                    "concurrency_per_key) VALUES ('q', 0, :now, 2)"
-                ),
-                {"now": stamp(engine, 0)},
-            )
+        keyed_queue_at(engine, "0018", 2)
         before, old_where = triggers(engine), index_where(engine)
         for task_id in range(1001, 1009):  # ids the store's counter does not hand out
             insert_old(engine, task_id, f"k{task_id % 2}")
