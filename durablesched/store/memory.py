@@ -1284,8 +1284,10 @@ class MemoryStore(MemoryWorkflows):
         return task
 
     def _sync_key(self, queue: str, key: str) -> None:
-        """Bring the head of (``queue``, ``key``) up to date, as migration 0013's triggers
-        do: a head stays while claimable; a new one only while the key is below its limit."""
+        """Bring the head of (``queue``, ``key``) up to date, as the triggers do (migrations
+        0013 and 0022): while the key is below its limit and not blocked by its rate, its
+        head is its first claimable task (due_at, priority desc, seq); otherwise a head
+        stays while claimable."""
         limits = self._queues.get(queue)
         cap = None if limits is None else limits.key_cap
         if cap is None:
@@ -1298,7 +1300,7 @@ class MemoryStore(MemoryWorkflows):
         if head is not None and (head not in ids or self._tasks[head].state not in CLAIMABLE):
             head = None
         running = sum(1 for t in tasks if t.state is TaskState.RUNNING)
-        if head is None and running < cap and (queue, key) not in self._key_blocked:
+        if running < cap and (queue, key) not in self._key_blocked:
             waiting = [t for t in tasks if t.state in CLAIMABLE]
             if waiting:
                 head = min(waiting, key=lambda t: (t.due_at, -t.priority, t.seq)).id

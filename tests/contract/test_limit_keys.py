@@ -133,6 +133,47 @@ def test_a_cancelled_head_passes_the_turn(store: BackendStore) -> None:
     assert claimed(store) == [second]
 
 
+def test_a_task_due_sooner_takes_the_head_of_one_due_later(store: BackendStore) -> None:
+    # A head is the key's first claimable task: one due in an hour does not hold up a
+    # task of its key submitted later and due now.
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    (later,) = ids_of(store, [new("a", due=3600)])
+    (sooner,) = ids_of(store, [new("a", due=5)])
+    (higher,) = ids_of(store, [new("a", due=5, priority=9)])
+    assert take(store) == [higher]
+    finish(store, higher)
+    assert take(store, when=22) == [sooner]
+    finish(store, sooner, when=23)
+    assert take(store, when=24) == []
+    assert take(store, when=3600) == [later]
+
+
+def test_a_batch_gives_its_key_its_first_task_whatever_order_its_rows_went_in(
+    store: BackendStore,
+) -> None:
+    # Tasks with an idempotency key go in after the others on PostgreSQL: the key's head
+    # is still its first in (due_at, priority desc, seq).
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    keyed = new("a")._replace(idempotency_key="k")
+    first, second = ids_of(store, [keyed, new("a")])
+    assert take(store) == [first]
+    finish(store, first)
+    assert take(store, when=22) == [second]
+
+
+def test_a_head_moved_later_gives_way_to_the_first_waiting_task(store: BackendStore) -> None:
+    # A debounced head pushed back: the waiting task now first takes its place.
+    store.put_queue(QueueLimits("sync", concurrency_per_key=1), T0)
+    debounced = new("a", due=5)._replace(debounce_key="d")
+    (head,) = ids_of(store, [debounced])
+    (waiting,) = ids_of(store, [new("a", due=10)])
+    pushed = debounced._replace(due_at=at(100))
+    assert [s.task_id for s in store.submit([pushed], at(1))] == [head]
+    assert take(store) == [waiting]
+    finish(store, waiting)
+    assert take(store, when=100) == [head]
+
+
 def test_setting_and_removing_the_limit_applies_to_tasks_already_waiting(
     store: BackendStore,
 ) -> None:
