@@ -591,3 +591,28 @@ def test_a_claim_passes_over_rows_locked_elsewhere_to_lower_priorities(
     assert [c.task_id for c in a.claim("a", 4, at(20), LEASE)] == [ids[1], ids[4], ids[6]]
     watcher.rollback()
     assert [c.task_id for c in a.claim("a", 4, at(20), LEASE)] == [ids[0], ids[3]]
+
+
+def test_a_task_that_comes_first_takes_no_head_held_elsewhere_and_waits_for_none(
+    stores: tuple[PostgresStore, PostgresStore],
+    watcher: Connection,
+) -> None:
+    """A task submitted due sooner than its key's head takes the head's place (migration
+    0022) only if it can take the head's row at once: a transaction holding that row
+    (here a bare lock) is not waited for, as no change of a key's bookkeeping waits for
+    another task's row (two such waits, each holding what the other needs, deadlock).
+    The head stays; the key's next change gives the head to its first task."""
+    a, b = stores
+    a.put_queue(QueueLimits("q", concurrency_per_key=1), T0)
+    later = NewTask("t", {}, at(100), 3, None, queue="q", limit_key="k")
+    (head,) = [s.task_id for s in a.submit([later], T0)]
+    with a.engine.connect() as holder:
+        holder.execute(text("SELECT id FROM tasks WHERE id = :id FOR UPDATE"), {"id": head})
+        sooner = later._replace(due_at=at(5))
+        submitted = Run(lambda: b.submit([sooner], T0))
+        assert finishes_or_blocks(submitted, watcher), "the submit waited for the head's row"
+        (first,) = [s.task_id for s in submitted.answer()]
+        holder.rollback()
+    assert b.claim("b", 5, at(10), LEASE) == []  # the head (due at 100) kept its place
+    b.submit([later._replace(due_at=at(50))], at(1))  # the key's next change
+    assert [c.task_id for c in b.claim("b", 5, at(10), LEASE)] == [first]
