@@ -21,7 +21,10 @@
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
   one after the other, seven rounds, every other round the other side first; the
   ratio is the median of the rounds' ratios (``single_ratio``, ``batch_ratio``), with
-  their range (``..._range``).
+  their range (``..._range``). The same of this process's CPU time
+  (``single_cpu_ratio``, ``batch_cpu_ratio``) leaves out the disk's and the other
+  processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
+  client's, so the typed call's few objects weigh more there).
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
 
@@ -175,8 +178,8 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
     Each pair runs ``rounds`` rounds, its two sides one after the other, every other
     round the other side first (the table grows with every run, and the machine drifts:
     neither then favours one side). A ratio is the median of the rounds' ratios (each of
-    two runs taken one after the other), with their range; a side's seconds per task
-    the median of its rounds."""
+    two runs taken one after the other), with their range, of the wall time and of this
+    process's CPU time; a side's seconds per task the median of its rounds."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     figures: dict[str, Any] = {}
@@ -184,16 +187,19 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
     def timed(ratio: str, pair: dict[str, Callable[[], object]], count: int) -> None:
         (den, run_den), (num, run_num) = pair.items()
         seconds: dict[str, list[float]] = {den: [], num: []}
+        cpu: dict[str, list[float]] = {den: [], num: []}
         for i in range(rounds):
             order = [(den, run_den), (num, run_num)]
             for label, run in order if i % 2 == 0 else order[::-1]:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 run()
                 seconds[label].append(time.perf_counter() - started)
-        ratios = [n / d for n, d in zip(seconds[num], seconds[den], strict=True)]
+                cpu[label].append(time.process_time() - cpu_started)
         figures.update({label: statistics.median(s) / count for label, s in seconds.items()})
-        figures[ratio] = statistics.median(ratios)
-        figures[f"{ratio}_range"] = [min(ratios), max(ratios)]
+        for name, taken in ((ratio, seconds), (ratio.replace("_ratio", "_cpu_ratio"), cpu)):
+            ratios = [n / d for n, d in zip(taken[num], taken[den], strict=True)]
+            figures[name] = statistics.median(ratios)
+            figures[f"{name}_range"] = [min(ratios), max(ratios)]
 
     single = max(1, tasks // 10)  # one transaction each: fewer
     try:
