@@ -19,7 +19,12 @@
   ``asyncio_tasks_cpu_s``: what gathering N coroutine functions' calls costs.
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
-  in alternation, five rounds, each side's best round counting.
+  one after the other, seven rounds, every other round the other side first; the
+  ratio is the median of the rounds' ratios (``single_ratio``, ``batch_ratio``), with
+  their range (``..._range``). The same of this process's CPU time
+  (``single_cpu_ratio``, ``batch_cpu_ratio``) leaves out the disk's and the other
+  processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
+  client's, so the typed call's few objects weigh more there).
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
 
@@ -167,28 +172,39 @@ async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) ->
     return time.process_time() - cpu
 
 
-def enqueue_cost(db: str, tasks: int, rounds: int = 5) -> dict[str, float]:
+def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
     """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many.
 
-    Each pair runs in alternation, ``rounds`` times, and each side's best round counts:
-    the table grows with every round, so a side that always ran after the other would
-    always write into the bigger table."""
+    Each pair runs ``rounds`` rounds, its two sides one after the other, every other
+    round the other side first (the table grows with every run, and the machine drifts:
+    neither then favours one side). A ratio is the median of the rounds' ratios (each of
+    two runs taken one after the other), with their range, of the wall time and of this
+    process's CPU time; a side's seconds per task the median of its rounds."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
-    figures: dict[str, float] = {}
+    figures: dict[str, Any] = {}
 
-    def timed(pair: dict[str, Callable[[], object]], count: int) -> None:
-        best = dict.fromkeys(pair, float("inf"))
-        for _ in range(rounds):
-            for label, run in pair.items():
-                started = time.perf_counter()
+    def timed(ratio: str, pair: dict[str, Callable[[], object]], count: int) -> None:
+        (den, run_den), (num, run_num) = pair.items()
+        seconds: dict[str, list[float]] = {den: [], num: []}
+        cpu: dict[str, list[float]] = {den: [], num: []}
+        for i in range(rounds):
+            order = [(den, run_den), (num, run_num)]
+            for label, run in order if i % 2 == 0 else order[::-1]:
+                started, cpu_started = time.perf_counter(), time.process_time()
                 run()
-                best[label] = min(best[label], time.perf_counter() - started)
-        figures.update({label: seconds / count for label, seconds in best.items()})
+                seconds[label].append(time.perf_counter() - started)
+                cpu[label].append(time.process_time() - cpu_started)
+        figures.update({label: statistics.median(s) / count for label, s in seconds.items()})
+        for name, taken in ((ratio, seconds), (ratio.replace("_ratio", "_cpu_ratio"), cpu)):
+            ratios = [n / d for n, d in zip(taken[num], taken[den], strict=True)]
+            figures[name] = statistics.median(ratios)
+            figures[f"{name}_range"] = [min(ratios), max(ratios)]
 
     single = max(1, tasks // 10)  # one transaction each: fewer
     try:
         timed(
+            "single_ratio",
             {
                 "submit": lambda: [scheduler.submit("bench.add", {"a": i}) for i in range(single)],
                 "enqueue": lambda: [scheduler.enqueue(add, a=i) for i in range(single)],
@@ -196,6 +212,7 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 5) -> dict[str, float]:
             single,
         )
         timed(
+            "batch_ratio",
             {
                 "submit_many": lambda: scheduler.submit_many(
                     "bench.add", [{"a": i} for i in range(tasks)]
@@ -208,8 +225,6 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 5) -> dict[str, float]:
         )
     finally:
         store.close()
-    figures["single_ratio"] = figures["enqueue"] / figures["submit"]
-    figures["batch_ratio"] = figures["enqueue_many"] / figures["submit_many"]
     return figures
 
 

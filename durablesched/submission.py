@@ -365,7 +365,11 @@ class FurtherCalls:
             limit_key is None and definition is not None and definition.limit_key is not None
         )
         self._definition = definition
-        self._fits = {(tuple(first.args), positional_count)}
+        #: The shapes of arguments bound once: their names, with the count of positional
+        #: ones where there are any (a tuple of names alone has no tuple in it).
+        self._fits: set[tuple[Any, ...]] = {
+            (tuple(first.args), positional_count) if positional_count else tuple(first.args)
+        }
         self._what = API_NAMES["args"].format(name=first.name)
         #: What every further call shares with the first: its fields but the arguments,
         #: their JSON and the limit key.
@@ -382,7 +386,7 @@ class FurtherCalls:
 
     def build(self, args: Mapping[str, Any] | None, positional: Sequence[Any] | None) -> NewTask:
         checked, args_json = check_args(args, self._what, positional)
-        shape = (tuple(checked), len(positional) if positional else 0)
+        shape = (tuple(checked), len(positional)) if positional else tuple(checked)
         if shape not in self._fits:
             _check_binding(self._definition, checked, self._what)
             self._fits.add(shape)

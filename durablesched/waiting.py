@@ -20,7 +20,10 @@ other handles still wait, the watcher keeps what finishes next to itself for
 :data:`BATCH` seconds (its own looks at the database stop meanwhile) and then tells
 it all at once (SQLite's is answered the batch's length and looks again by itself;
 the others are nudged at its end). So a wait costs this process a few reads a
-second under any load, and a result arriving alone is read at once. A coroutine's
+second under any load, and a result arriving alone is read at once. A batch ends
+no later than the stream's rate says the waits left will all have finished
+(:meth:`Waiters._spread`): the last results of a drain are not held for a whole
+batch after the last commit. A coroutine's
 timeout is kept here too, in one heap, rather than as a timer on its event loop.
 Closing wakes every wait.
 """
@@ -177,7 +180,8 @@ class Waiters:
     Started by the first wait, and stopped by :meth:`close` (the scheduler's).
     ``fallback`` and ``batch`` default to :data:`FALLBACK` and :data:`BATCH`;
     ``cpu_clock`` (this thread's CPU seconds) measures what a read cost, to spread
-    the next batch (:meth:`_nudge_when`).
+    the next batch (:meth:`_nudge_when`); ``clock`` (monotonic seconds) times the
+    reads that deliver, for the stream's rate (:meth:`_spread`).
     """
 
     def __init__(
@@ -187,12 +191,18 @@ class Waiters:
         fallback: float = FALLBACK,
         batch: float = BATCH,
         cpu_clock: Callable[[], float] = time.thread_time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._fallback = fallback
         self._batch = batch
         #: This thread's CPU seconds: what a read cost, for the next batch's length.
         self._cpu_clock = cpu_clock
+        #: When the reads that deliver happen: the stream's rate (:meth:`_spread`).
+        self._clock = clock
+        #: When the last read that delivered while others still waited happened (by
+        #: ``clock``); None: no stream under way.
+        self._streamed_at: float | None = None
         self._lock = threading.Lock()
         self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
@@ -323,17 +333,19 @@ class Waiters:
         read and no wake-up of this thread. While other handles still wait, answers a
         batch's length for the watcher to keep quiet by itself (as :meth:`_nudge_when`
         spreads it: :data:`BATCH`, or longer when the look and this hand-over cost more
-        than :data:`READ_SHARE` of it, up to :data:`MAX_BATCH`); else False: the next
-        commit is looked at as it comes."""
+        than :data:`READ_SHARE` of it, up to :data:`MAX_BATCH`, and no longer than the
+        waits left need at the stream's rate); else False: the next commit is looked at
+        as it comes."""
         cpu = self._cpu_clock()
         delivered = self._deliver(outcomes)
+        spent = outcomes.cost + self._cpu_clock() - cpu
         with self._lock:
             self.reads += 1
-            streaming = delivered and self._waiting and self._batch > 0
-        if not streaming:
-            return False
-        spent = outcomes.cost + self._cpu_clock() - cpu
-        return max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
+            if not self._waiting:
+                self._streamed_at = None  # the stream is over: the next has no rate yet
+            if not (delivered and self._waiting and self._batch > 0):
+                return False
+            return self._spread(delivered, spent)
 
     def _run(self) -> None:
         next_fallback = time.monotonic() + self._fallback
@@ -385,23 +397,38 @@ class Waiters:
         """End the watcher's batch now, or after a read that delivered results while
         others still wait (a stream: let more gather), :data:`BATCH` seconds later, or
         as long as makes the read's ``spent`` CPU seconds :data:`READ_SHARE` of it
-        (at most :data:`MAX_BATCH`)."""
+        (at most :data:`MAX_BATCH`; :meth:`_spread`)."""
         now = time.monotonic()
         with self._lock:
             ends = self._batch_ends
             if ends is None and delivered and self._waiting:
-                if self._batch > 0:
-                    spread = max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
-                else:
-                    spread = 0.0
+                spread = self._spread(delivered, spent) if self._batch > 0 else 0.0
                 self._batch_ends = now + spread
                 return
             if ends is not None and now < ends:
                 return  # gathering: the thread wakes at its end
             self._batch_ends = None
+            if not self._waiting:
+                self._streamed_at = None  # the stream is over: the next has no rate yet
             watcher = self._watcher
         if watcher is not None:
             watcher.nudge()
+
+    def _spread(self, delivered: int, spent: float) -> float:
+        """Under the lock, after a read that delivered ``delivered`` results while others
+        still wait, at a cost of ``spent`` CPU seconds: how long the batch it begins
+        lasts. :data:`BATCH`, or as long as makes ``spent`` :data:`READ_SHARE` of it, up
+        to :data:`MAX_BATCH`; but no longer than the waits left take to finish at the
+        rate this read and the one before delivered (a drain's last batch ends as its
+        last results should commit, not a whole batch after: if some are late, the read
+        at its end begins a shorter one). The first read of a stream (after one that left
+        nothing waited on) has no rate; a rate from long ago is low, and caps nothing."""
+        spread = max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
+        now = self._clock()
+        last, self._streamed_at = self._streamed_at, now
+        if last is not None and now > last:
+            spread = min(spread, len(self._waiting) * (now - last) / delivered)
+        return spread
 
     def _deliver(self, found: Mapping[int, Finished | None]) -> int:
         """Hand the finished tasks to their waiters, and expire the futures past their

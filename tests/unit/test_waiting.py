@@ -219,6 +219,92 @@ def test_outcomes_the_watcher_read_are_delivered_from_its_thread_with_no_read(
         waiters.close()
 
 
+def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finished() -> None:
+    """The batch a delivering read begins lasts no longer than the waits left take at
+    the rate of that read and the one before: a drain's last results are not held for
+    a whole batch after their commits. A stream's first read has no rate (the batch
+    asked for), and neither has the first read of the next stream (after nobody waited)."""
+    now = [0.0]
+    store = Store()
+    waiters = Waiters(
+        store,  # type: ignore[arg-type]
+        batch=0.05,
+        fallback=60,
+        cpu_clock=lambda: 0.0,
+        clock=lambda: now[0],
+    )
+
+    def report(at: float, *task_ids: int) -> bool | float | None:
+        now[0] = at
+        outcomes = Outcomes()
+        for task_id in task_ids:
+            outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
+        return store.watcher.report(outcomes)
+
+    try:
+        for task_id in range(1, 13):
+            waiters.add(task_id, Waiter())
+        settled(store, set(range(1, 13)))
+        assert report(1.0, 1, 2, 3, 4) == 0.05  # no rate yet: the batch asked for
+        assert report(1.05, 5, 6, 7, 8) == 0.05  # 4 left at 80 a second: 50 ms, no less
+        assert report(1.1, 9, 10) == pytest.approx(0.05)  # 2 left at 40 a second
+        assert report(1.12, 11) == pytest.approx(0.02)  # 1 left at 50 a second
+        assert report(1.13, 12) is False  # nobody waits: the next commit is news
+        store.reads.clear()
+        for task_id in (20, 21):
+            waiters.add(task_id, Waiter())
+        settled(store, {20, 21})
+        assert report(1.14, 20) == 0.05  # a new stream: no rate from the last one
+    finally:
+        waiters.close()
+
+
+def test_a_read_s_batch_ends_when_the_stream_s_rate_says_the_waits_left_will_have_finished() -> (
+    None
+):
+    """The same for a watcher that is nudged at the batch's end (PostgreSQL, memory)."""
+    now = [0.0]
+    store = Store()
+    waiters = Waiters(store, batch=0.05, fallback=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    waits = [Waiter() for _ in range(4)]
+
+    def batch_after(at: float, delivered: int) -> float:
+        """What the batch begun by a read at ``at`` delivering ``delivered`` lasts."""
+        now[0] = at
+        with waiters._lock:
+            waiters._batch_ends = None  # the batch before ended
+        began = time.monotonic()
+        waiters._nudge_when(delivered, 0.0)
+        with waiters._lock:
+            assert waiters._batch_ends is not None
+            return waiters._batch_ends - began
+
+    try:
+        for task_id, waiter in enumerate(waits, 1):
+            waiters.add(task_id, waiter)
+        settled(store, {1, 2, 3, 4})
+        for task_id in (1, 2):
+            waiters.discard(task_id, waits[task_id - 1])
+        assert batch_after(1.0, 2) >= 0.05  # no rate yet
+        waiters.discard(3, waits[2])
+        assert batch_after(1.01, 1) <= 0.011  # 1 left at 100 a second
+        waiters.discard(4, waits[3])
+        now[0] = 1.02
+        with waiters._lock:
+            waiters._batch_ends = None
+        waiters._nudge_when(1, 0.0)  # the last result read: nobody waits now
+        store.reads.clear()
+        store.watcher.nudges.clear()
+        later = [Waiter(), Waiter()]
+        waiters.add(5, later[0])
+        waiters.add(6, later[1])
+        settled(store, {5, 6})
+        waiters.discard(5, later[0])
+        assert batch_after(1.03, 1) >= 0.05  # a new stream: no rate from the last one
+    finally:
+        waiters.close()
+
+
 def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
     """A task the watcher never names is read at the fallback even while the watcher
     keeps naming others (a NOTIFY lost under a stream of them)."""
