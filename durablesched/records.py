@@ -478,8 +478,8 @@ FINDING_IDS = 20
 class Finding:
     """Something a check found wrong, in one line, and what to do about it."""
 
-    #: What was checked: "database", "integrity", "schema", "leases", "overdue" or
-    #: "schedules".
+    #: What was checked: "database", "integrity", "schema", "leases", "overdue",
+    #: "schedules" or "keys".
     check: str
     problem: str
     advice: str
@@ -534,6 +534,24 @@ class Finding:
             f"ago): {shown}",
             "schedules fire inside running workers: start one (`durablesched worker`); when "
             "it starts, each schedule's misfire policy decides what the missed fires make",
+        )
+
+    @classmethod
+    def limit_keys(cls, keys: Sequence[tuple[str, str]]) -> Finding:
+        """Keys whose bookkeeping (``durablesched_limit_keys``, ``key_waiting``) is out of
+        step with their tasks: a key held back below its limit, or let past it."""
+        count = len(keys)
+        shown = ", ".join(f"{q}/{k}" for q, k in keys[:FINDING_IDS])
+        return cls(
+            "keys",
+            f"{count} limit key{'s' if count != 1 else ''} out of step with "
+            f"{'their' if count != 1 else 'its'} tasks (a count of RUNNING, a head or a "
+            "waiting mark): "
+            f"{shown}{', ...' if count > FINDING_IDS else ''}",
+            "such a key may start past its limit, or wait with room: set the queue's limits "
+            "per key off and back on (`durablesched queue set QUEUE --concurrency-per-key none "
+            "--rate-per-key none`, then its limits again), which counts every key of the queue "
+            "afresh; and report it: nothing in durablesched should leave a key so",
         )
 
 

@@ -370,7 +370,68 @@ def key_counts_agree(store: SQLStore) -> dict[tuple[str, str], int]:
     assert {k: n for k, n in counted.items() if n or k in running} == {
         k: n for k, n in running.items() if k[0] in keyed
     }
+    assert key_findings(store) == []  # and the check sees nothing out of step
     return counted
+
+
+def key_findings(store: SQLStore) -> list[str]:
+    """What ``check`` finds of limit keys out of step with their tasks."""
+    return [f.problem for f in store.check(at(20)).findings if f.check == "keys"]
+
+
+@pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        pytest.param(
+            "UPDATE durablesched_limit_keys SET running = 2 WHERE limit_key = 'a'", id="count"
+        ),
+        pytest.param("DELETE FROM durablesched_limit_keys WHERE limit_key = 'a'", id="row"),
+        pytest.param(
+            "UPDATE durablesched_limit_keys SET head_id = :third WHERE limit_key = 'a'; "
+            "UPDATE tasks SET key_waiting = 1 WHERE id = :second; "
+            "UPDATE tasks SET key_waiting = 0 WHERE id = :third",
+            id="head",
+        ),
+        pytest.param(
+            "UPDATE durablesched_limit_keys SET head_id = NULL WHERE limit_key = 'a'; "
+            "UPDATE tasks SET key_waiting = 1 WHERE id = :second",
+            id="headless",
+        ),
+        pytest.param(
+            "UPDATE durablesched_limit_keys SET head_id = :first WHERE limit_key = 'a'; "
+            "UPDATE tasks SET key_waiting = 1 WHERE id = :second",
+            id="head-gone",
+        ),
+        pytest.param("UPDATE tasks SET key_waiting = 0 WHERE id = :third", id="waiting"),
+    ],
+)
+def test_check_finds_a_key_out_of_step_and_its_limit_set_again_mends_it(
+    sql_backend: str, corrupt: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Bookkeeping a bug (or a hand) left wrong, each kind alone: a key's count of RUNNING,
+    its row gone, a head that is not its first claimable task (another is, none is while
+    one waits, or the head is not claimable), a waiting task marked as a head. ``check``
+    names the key (only it); the limit set off and on counts afresh."""
+    store = make_store(sql_backend, tmp_path, request)
+    assert isinstance(store, SQLStore)
+    try:
+        store.put_queue(QueueLimits("sync", concurrency_per_key=2), T0)
+        first, second, third = ids_of(store, [new("a"), new("a", due=11), new("a", due=12)])
+        ids_of(store, [new("b")])
+        assert sorted(claimed(store)) == [first, first + 3]  # a's and b's heads
+        assert key_findings(store) == []
+        with store.engine.begin() as conn:
+            for statement in corrupt.split("; "):
+                conn.execute(text(statement), {"first": first, "second": second, "third": third})
+        (problem,) = key_findings(store)
+        assert "sync/a" in problem and "sync/b" not in problem, problem
+        store.put_queue(QueueLimits("sync"), at(21))
+        store.put_queue(QueueLimits("sync", concurrency_per_key=2), at(21))
+        assert key_findings(store) == []
+        assert claimed(store, when=22) == [second]
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("sql_backend", ["sqlite", "postgres"])

@@ -19,6 +19,7 @@ from durablesched.store.sql.scheduling import SQL_OVERDUE
 from durablesched.store.sql.statements import (
     SQL_EXPIRED_COUNT,
     SQL_EXPIRED_IDS,
+    SQL_KEYS_OUT_OF_STEP,
     sql_unclaimed,
 )
 from durablesched.store.sql.transactions import Transactions
@@ -45,8 +46,8 @@ def damaged(error: Exception) -> Finding:
 
 
 def check(tx: Transactions, now: datetime, overdue_after: timedelta) -> HealthReport:
-    """Integrity, schema revision, expired leases, overdue tasks and schedules: each section that
-    fails to read becomes a finding of its own."""
+    """Integrity, schema revision, expired leases, overdue tasks and schedules, and the
+    bookkeeping of limit keys: each section that fails to read becomes a finding of its own."""
     head = head_revision()
     findings: list[Finding] = []
     revision: str | None = None
@@ -62,6 +63,7 @@ def check(tx: Transactions, now: datetime, overdue_after: timedelta) -> HealthRe
                 findings.extend(_tasks(conn, tx.dialect.time, now, overdue_after, queues))
             if revision == head:  # an older schema may have no schedules table
                 findings.extend(_schedules(conn, tx.dialect.time, now, overdue_after))
+                findings.extend(_keys(conn))
     except StoreError as e:
         findings.append(damaged(e))
     return HealthReport(tuple(findings), revision, head)
@@ -138,3 +140,10 @@ def _schedules(
         return []
     oldest = from_db_time(rows[0].next_fire_at)
     return [Finding.overdue_schedules([r.name for r in rows], oldest, now, overdue_after)]
+
+
+def _keys(conn: Connection) -> list[Finding]:
+    """Limit keys whose bookkeeping is out of step with their tasks (the memory store
+    computes its own: only a SQL database can drift, by a bug or a change by hand)."""
+    keys = [(str(q), str(k)) for q, k in conn.execute(SQL_KEYS_OUT_OF_STEP)]
+    return [Finding.limit_keys(keys)] if keys else []

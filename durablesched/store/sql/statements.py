@@ -647,6 +647,42 @@ SQL_FORGET_WORKERS = text("DELETE FROM durablesched_workers WHERE id IN :ids").b
 # -- the health check ----------------------------------------------------------------------------
 
 #: How many RUNNING tasks are on a lease that expired at or before ``:now``, and the oldest expiry.
+#: ``check``: the keys of queues limited per key whose bookkeeping is out of step with
+#: their tasks (a bug, or a database changed by hand): a count of RUNNING tasks that is
+#: not the count, a live keyed task without its key's row, a key with room whose head is
+#: not its first claimable task (none while one waits, one gone, or a waiting one that
+#: comes first: found through the index of waiting tasks, one probe a key), or a
+#: claimable task marked waiting where it is its key's head (or the other way round).
+#: Each part reads the keys' rows, or the live keyed tasks, once.
+SQL_KEYS_OUT_OF_STEP = text(
+    "SELECT k.queue, k.limit_key FROM durablesched_limit_keys k LEFT JOIN (SELECT queue, "
+    "limit_key, count(*) AS n FROM tasks WHERE limit_key IS NOT NULL AND state = 'RUNNING' "
+    "GROUP BY queue, limit_key) r ON r.queue = k.queue AND r.limit_key = k.limit_key "
+    "WHERE k.running <> COALESCE(r.n, 0) "
+    "UNION SELECT t.queue, t.limit_key FROM tasks t JOIN durablesched_queues q "
+    "ON q.name = t.queue WHERE t.limit_key IS NOT NULL "
+    "AND t.state IN ('PENDING', 'RETRY_WAIT', 'RUNNING') "
+    "AND (q.concurrency_per_key IS NOT NULL OR q.rate_per_key_count IS NOT NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM durablesched_limit_keys k "
+    "WHERE k.queue = t.queue AND k.limit_key = t.limit_key) "
+    "UNION SELECT k.queue, k.limit_key FROM durablesched_limit_keys k "
+    "JOIN durablesched_queues q ON q.name = k.queue WHERE k.blocked_until IS NULL "
+    f"AND k.running < COALESCE(q.concurrency_per_key, {KEY_CAP_UNLIMITED}) AND ("
+    "(k.head_id IS NULL AND EXISTS (SELECT 1 FROM tasks w WHERE w.queue = k.queue "
+    f"AND w.limit_key = k.limit_key AND w.limit_key IS NOT NULL AND w.key_waiting = 1 "
+    f"AND w.{CLAIMABLE_SQL})) "
+    "OR (k.head_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.id = k.head_id "
+    f"AND h.queue = k.queue AND h.limit_key = k.limit_key AND h.{CLAIMABLE_SQL})) "
+    "OR EXISTS (SELECT 1 FROM tasks h JOIN tasks t ON t.id = (SELECT w.id FROM tasks w "
+    "WHERE w.queue = k.queue AND w.limit_key = k.limit_key AND w.limit_key IS NOT NULL "
+    f"AND w.key_waiting = 1 AND w.{CLAIMABLE_SQL} ORDER BY w.due_at, w.priority DESC, w.seq "
+    "LIMIT 1) WHERE h.id = k.head_id "
+    "AND (t.due_at, h.priority, t.seq) < (h.due_at, t.priority, h.seq))) "
+    "UNION SELECT k.queue, k.limit_key FROM durablesched_limit_keys k JOIN tasks t "
+    f"ON t.queue = k.queue AND t.limit_key = k.limit_key WHERE t.{CLAIMABLE_SQL} "
+    "AND t.key_waiting = CASE WHEN t.id = k.head_id THEN 1 ELSE 0 END "
+    "ORDER BY 1, 2"
+)
 SQL_EXPIRED_COUNT = text(
     "SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM tasks "
     "WHERE state = 'RUNNING' AND lease_expires_at <= :now"
