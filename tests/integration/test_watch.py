@@ -64,6 +64,22 @@ def test_directory_watch_reports_matching_files_only(tmp_path: Path) -> None:
 
 
 @linux
+def test_directory_watch_hears_a_change_queued_past_one_read(tmp_path: Path) -> None:
+    """A wake-up takes the queued events in one read (64 KiB): a matching file's event
+    queued behind more of other files' is taken by the wait's next read, not lost."""
+    watch = watch_directory(tmp_path, "jobs.db")
+    assert isinstance(watch, DirectoryWatch)
+    try:
+        for i in range(400):  # about 120 KiB of events: more than one read holds
+            (tmp_path / f"{i:03d}{'x' * 200}").write_text("x")
+        (tmp_path / "jobs.db-wal").write_text("x")
+        assert watch.wait(WAIT) is True
+        assert watch.wait(0) is False  # all taken
+    finally:
+        watch.close()
+
+
+@linux
 def test_directory_watch_waits_on_past_other_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
