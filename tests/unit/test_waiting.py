@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import pytest
 
@@ -390,6 +391,36 @@ def test_a_cancelled_future_stops_waiting() -> None:
 
     try:
         assert asyncio.run(main()) == (2, 0)
+    finally:
+        waiters.close()
+
+
+def test_a_read_resolves_a_loop_s_futures_in_one_call() -> None:
+    """However many of a loop's futures a read finds finished, the waiting thread hands
+    them to that loop in one ``call_soon_threadsafe`` (a wake-up of the loop each would
+    cost it more than the futures themselves)."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        futures = [waiters.future(i, loop, timeout=WAIT) for i in range(100)]
+        waiters._deliver(
+            {i: Finished(i, "t", TaskState.SUCCEEDED, 1, i, None, None) for i in range(100)}
+        )
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT), calls
+
+    try:
+        assert asyncio.run(main()) == (list(range(100)), 1)
     finally:
         waiters.close()
 
