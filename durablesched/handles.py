@@ -107,7 +107,7 @@ class TaskHandle(Generic[R]):
 
         A plain method, not a coroutine function: the future is all a wait makes
         (no coroutine, no Task, no timer; the scheduler's waiting thread reads for every
-        handle at once, keeps their deadlines in one heap and resolves each loop's
+        handle at once, keeps their deadlines together and resolves each loop's
         futures in one call per read), so ``asyncio.gather`` of a thousand handles
         costs what gathering a thousand futures does. Await it, gather it, or pass it
         to ``asyncio.wait_for``; cancelling it (or the code awaiting it) stops the wait.

@@ -24,7 +24,7 @@ second under any load, and a result arriving alone is read at once. A batch ends
 no later than the stream's rate says the waits left will all have finished
 (:meth:`Waiters._spread`): the last results of a drain are not held for a whole
 batch after the last commit. A coroutine's
-timeout is kept here too, in one heap, rather than as a timer on its event loop.
+timeout is kept here too, in :class:`Deadlines` (no timer on its event loop).
 Closing wakes every wait.
 """
 
@@ -37,6 +37,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -63,8 +64,8 @@ BATCH = 0.02
 READ_SHARE = 0.015
 #: The longest a batch lasts (seconds), however costly the reads.
 MAX_BATCH = 0.1
-#: Futures with a deadline that stopped waiting (delivered, cancelled) before the heap
-#: of deadlines is compacted (when they are also half of it at least).
+#: Futures with a deadline that stopped waiting (delivered, cancelled) before the
+#: deadlines are compacted (when they are also half of them at least).
 COMPACT_AFTER = 64
 
 
@@ -100,10 +101,12 @@ class WaitingFuture(asyncio.Future[Any]):
     outcome read meanwhile is dropped.
     """
 
-    __slots__ = ("task_id", "timeout", "waiters")
+    __slots__ = ("deadline", "task_id", "timeout", "waiters")
 
     task_id: int
     timeout: float | None
+    #: When it times out (monotonic seconds), with a timeout.
+    deadline: float
     #: Where it waits: told when it is cancelled.
     waiters: Waiters
 
@@ -174,6 +177,51 @@ def _close(futures: list[WaitingFuture]) -> None:
             future.set_exception(RuntimeError(closed_while_waiting(future.task_id)))
 
 
+class Deadlines:
+    """The futures' deadlines, earliest first: a run of deadlines that never decrease
+    (a deque: waits made with one timeout, in the order they were made), and a heap of
+    the others (a shorter timeout after a longer one). A wait with the timeout of the
+    run's last costs an append, not a heap push of a tuple."""
+
+    __slots__ = ("_order", "_rest", "_run")
+
+    def __init__(self) -> None:
+        self._run: deque[WaitingFuture] = deque()
+        self._rest: list[tuple[float, int, WaitingFuture]] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._run) + len(self._rest)
+
+    def add(self, future: WaitingFuture) -> None:
+        run = self._run
+        if not run or run[-1].deadline <= future.deadline:
+            run.append(future)
+        else:
+            heapq.heappush(self._rest, (future.deadline, next(self._order), future))
+
+    def first(self) -> float:
+        """The earliest deadline; ``math.inf`` with none."""
+        run, rest = self._run, self._rest
+        return min(run[0].deadline if run else math.inf, rest[0][0] if rest else math.inf)
+
+    def pop_due(self, now: float) -> list[WaitingFuture]:
+        """Take out the futures whose deadline is ``now`` or earlier."""
+        due = []
+        run, rest = self._run, self._rest
+        while run and run[0].deadline <= now:
+            due.append(run.popleft())
+        while rest and rest[0][0] <= now:
+            due.append(heapq.heappop(rest)[2])
+        return due
+
+    def keep(self, still: Callable[[WaitingFuture], bool]) -> None:
+        """Drop the futures for which ``still`` is false (they stopped waiting)."""
+        self._run = deque(future for future in self._run if still(future))
+        self._rest = [entry for entry in self._rest if still(entry[2])]
+        heapq.heapify(self._rest)
+
+
 class Waiters:
     """The tasks this scheduler's handles wait on, and the one thread that watches them.
 
@@ -210,10 +258,9 @@ class Waiters:
         #: Ids the watcher named since the last read; None: any may have finished.
         self._heard: set[int] | None = set()
         #: Futures' deadlines (monotonic seconds), earliest first.
-        self._deadlines: list[tuple[float, int, WaitingFuture]] = []
-        #: Futures with a deadline that stopped waiting since the heap was compacted.
+        self._deadlines = Deadlines()
+        #: Futures with a deadline that stopped waiting since they were compacted.
         self._ended_since = 0
-        self._order = itertools.count()
         #: When the watcher's batch ends (monotonic seconds); None: it is not gathering.
         self._batch_ends: float | None = None
         self._wake = threading.Event()
@@ -240,16 +287,20 @@ class Waiters:
     ) -> WaitingFuture:
         """Wait on ``task_id`` from a coroutine on ``loop``: a future resolved with the
         task's result once it is finished, or with a ``TimeoutError`` after ``timeout``
-        seconds if it is not finished by then (a deadline in this thread's heap)."""
+        seconds if it is not finished by then (a deadline in this thread's
+        :class:`Deadlines`)."""
         future = WaitingFuture(loop=loop)
         future.task_id = task_id
         future.timeout = timeout
         future.waiters = self
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        if timeout is None:
+            with self._lock:
+                self._register(task_id, future)
+            return future
+        future.deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
             self._register(task_id, future)
-            if deadline is not None:
-                heapq.heappush(self._deadlines, (deadline, next(self._order), future))
+            self._deadlines.add(future)
         return future
 
     def _register(self, task_id: int, waiter: AnyWaiter) -> None:
@@ -281,17 +332,14 @@ class Waiters:
 
     def _ended(self, count: int) -> None:
         """Under the lock: ``count`` futures with a deadline stopped waiting (delivered
-        or cancelled). Their deadlines stay in the heap, skipped when they pass, until
-        they are as many as those still waiting (and more than :data:`COMPACT_AFTER`):
-        then the heap keeps only the waits still waiting, so that short waits with
-        long timeouts do not keep their futures (and results) for those timeouts."""
+        or cancelled). Their deadlines stay, skipped when they pass, until they are as
+        many as those still waiting (and more than :data:`COMPACT_AFTER`): then only
+        the waits still waiting are kept, so that short waits with long timeouts do not
+        keep their futures (and results) for those timeouts."""
         self._ended_since += count
         if self._ended_since > COMPACT_AFTER and self._ended_since * 2 > len(self._deadlines):
             waiting = self._waiting
-            self._deadlines = [
-                entry for entry in self._deadlines if entry[2] in waiting.get(entry[2].task_id, ())
-            ]
-            heapq.heapify(self._deadlines)
+            self._deadlines.keep(lambda future: future in waiting.get(future.task_id, ()))
             self._ended_since = 0
 
     @property
@@ -355,7 +403,7 @@ class Waiters:
                     return
                 until = min(
                     next_fallback,
-                    self._deadlines[0][0] if self._deadlines else math.inf,
+                    self._deadlines.first(),
                     math.inf if self._batch_ends is None else self._batch_ends,
                 )
             self._wake.wait(max(0.0, until - time.monotonic()))
@@ -462,7 +510,7 @@ class Waiters:
                     futures.append(waiter)
                     if waiter.timeout is not None:
                         timed += 1
-            if self._deadlines and self._deadlines[0][0] <= now:
+            if self._deadlines.first() <= now:
                 self._expire(now, by_loop)
             if timed:
                 self._ended(timed)
@@ -482,9 +530,8 @@ class Waiters:
     ) -> None:
         """Under the lock: stop the waits of the futures past their deadline (those still
         waiting) and add them to their loop's expired."""
-        deadlines, waiting = self._deadlines, self._waiting
-        while deadlines and deadlines[0][0] <= now:
-            future = heapq.heappop(deadlines)[2]
+        waiting = self._waiting
+        for future in self._deadlines.pop_due(now):
             waiters = waiting.get(future.task_id)
             if waiters is not None and future in waiters:
                 waiters.remove(future)
@@ -502,7 +549,7 @@ class Waiters:
             thread, self._thread = self._thread, None
             watcher, self._watcher = self._watcher, None
             waiting, self._waiting = self._waiting, {}
-            self._deadlines = []
+            self._deadlines = Deadlines()
         by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
         for waiters in waiting.values():
             for waiter in waiters:

@@ -105,7 +105,8 @@ OnFinished = Callable[[Collection[int] | None], bool | float | None]
 class Outcomes(dict[int, "Finished | None"]):
     """What a finish watcher that reads outcomes in its own look (SQLite) reports: each
     awaited task it saw finish, with its outcome as :meth:`Store.finished` gives it
-    (None: no task has that id any more), so that nobody reads them again. ``cost``:
+    (None: no task has that id any more) but for ``finished_at``, left None (no wait's
+    outcome holds it), so that nobody reads them again. ``cost``:
     the CPU seconds of the looks that found them (what they cost the watcher's thread)."""
 
     __slots__ = ("cost",)

@@ -64,6 +64,22 @@ def test_directory_watch_reports_matching_files_only(tmp_path: Path) -> None:
 
 
 @linux
+def test_directory_watch_hears_a_change_queued_past_one_read(tmp_path: Path) -> None:
+    """A wake-up takes the queued events in one read (64 KiB): a matching file's event
+    queued behind more of other files' is taken by the wait's next read, not lost."""
+    watch = watch_directory(tmp_path, "jobs.db")
+    assert isinstance(watch, DirectoryWatch)
+    try:
+        for i in range(400):  # about 120 KiB of events: more than one read holds
+            (tmp_path / f"{i:03d}{'x' * 200}").write_text("x")
+        (tmp_path / "jobs.db-wal").write_text("x")
+        assert watch.wait(WAIT) is True
+        assert watch.wait(0) is False  # all taken
+    finally:
+        watch.close()
+
+
+@linux
 def test_directory_watch_waits_on_past_other_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -456,6 +472,69 @@ def test_a_failed_look_says_any_task_may_have_finished(
         store.close()
 
 
+def test_a_watched_look_is_made_only_after_another_connection_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most writes the change watcher hears are of a commit not yet visible, or of none:
+    ``data_version`` unchanged since the last look says so for less than a look costs,
+    and the look is not made. A commit by another connection is looked at."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    looks: list[bool] = []
+    real = lines._look
+
+    def counted() -> bool:
+        looks.append(real())
+        return looks[-1]
+
+    monkeypatch.setattr(lines, "_look", counted)
+    try:
+        assert lines._watched_look() is False  # the first is made: nothing was read yet
+        assert lines._watched_look() is False
+        assert looks == [False]  # the second was not made
+        (task,) = (t.task_id for t in other.submit([NewTask("t", {}, T0, 1)], T0))
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        other.complete(claim, None, T0)
+        assert lines._watched_look() is True
+        assert lines._take() == {task}
+        assert looks == [False, True]
+    finally:
+        lines.close()
+        other.close()
+        store.close()
+
+
+def test_a_commit_landing_during_a_look_is_looked_at_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``data_version`` is read before the look: a commit that lands after the look's
+    statement changes it, and the next watched look reads that commit's lines."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    other = SQLiteStore(tmp_path / "jobs.db")
+    lines = store.watch_finished()  # not started: each look made here, in turn
+    (task,) = (t.task_id for t in other.submit([NewTask("t", {}, T0, 1)], T0))
+    real = lines._look
+
+    def then_a_commit() -> bool:
+        looked = real()
+        monkeypatch.undo()
+        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
+        other.complete(claim, None, T0)
+        return looked
+
+    monkeypatch.setattr(lines, "_look", then_a_commit)
+    try:
+        lines._watched_look()
+        assert lines._take() == set()  # the look ran before the commit
+        assert lines._watched_look() is True
+        assert lines._take() == {task}
+    finally:
+        lines.close()
+        other.close()
+        store.close()
+
+
 def test_finished_lines_begin_at_the_newest_line(tmp_path: Path) -> None:
     """Tasks that finished before the watch began are not news to it (nor read: the
     history is long); those finishing after are."""
@@ -515,6 +594,7 @@ def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) 
             {"x": awaited},
         )
         assert stopped is not None and stopped.state is TaskState.CANCELLED
+        assert done.finished_at is None  # not read: no wait's outcome holds it
         assert found.cost > 0  # what the look cost: the next batch is spread by it
         assert lines._finished_since() == {}  # nothing written since
     finally:

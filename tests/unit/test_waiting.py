@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import threading
 import time
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import pytest
 
@@ -391,6 +393,55 @@ def test_a_cancelled_future_stops_waiting() -> None:
         assert asyncio.run(main()) == (2, 0)
     finally:
         waiters.close()
+
+
+def test_a_read_resolves_a_loop_s_futures_in_one_call() -> None:
+    """However many of a loop's futures a read finds finished, the waiting thread hands
+    them to that loop in one ``call_soon_threadsafe`` (a wake-up of the loop each would
+    cost it more than the futures themselves)."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        futures = [waiters.future(i, loop, timeout=WAIT) for i in range(100)]
+        waiters._deliver(
+            {i: Finished(i, "t", TaskState.SUCCEEDED, 1, i, None, None) for i in range(100)}
+        )
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT), calls
+
+    try:
+        assert asyncio.run(main()) == (list(range(100)), 1)
+    finally:
+        waiters.close()
+
+
+def test_deadlines_come_out_earliest_first_whatever_order_they_went_in() -> None:
+    """Deadlines of one timeout, made in order, are kept as a run (an append each); one
+    earlier than the run's last (a shorter timeout after a longer) goes in the heap
+    beside it: either way each comes out at its time, not before, not after."""
+    deadlines = waiting.Deadlines()
+    futures = [waiting.WaitingFuture.__new__(waiting.WaitingFuture) for _ in range(7)]
+    for future, deadline in zip(futures, [5.0, 7.0, 3.0, 7.0, 6.0, 9.0, 8.0], strict=True):
+        future.deadline = deadline
+        deadlines.add(future)
+    assert (len(deadlines), deadlines.first()) == (7, 3.0)
+    assert deadlines.pop_due(4.0) == [futures[2]]
+    assert deadlines.first() == 5.0
+    assert sorted(f.deadline for f in deadlines.pop_due(7.0)) == [5.0, 6.0, 7.0, 7.0]
+    deadlines.keep(lambda future: future is not futures[6])  # the heap's 8.0 stopped
+    assert (len(deadlines), deadlines.first()) == (1, 9.0)
+    assert deadlines.pop_due(10.0) == [futures[5]]
+    assert (len(deadlines), deadlines.first()) == (0, math.inf)
 
 
 def test_cancelled_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,19 +63,22 @@ class DirectoryWatch:
                 return False
 
     def _relevant(self) -> bool:
-        """Take every queued event: True if one names a matching file."""
-        relevant = False
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                return relevant
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                _wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                relevant = relevant or name.startswith(self._prefix)
-                offset += _EVENT.size + length
+        """Take the queued events, in one read: True if one names a matching file. Events
+        past the read's 64 KiB (two thousand of them) stay queued, and the next wait
+        takes them at once; not reading again until the queue is empty spares each
+        wake-up the read that finds it so (an exception's cost)."""
+        try:
+            data = os.read(self._fd, 65536)
+        except BlockingIOError:  # taken by a read before this one
+            return False
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            _wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+            if name.startswith(self._prefix):
+                return True
+            offset += _EVENT.size + length
+        return False
 
     def interrupt(self) -> None:
         """Make a wait() in another thread return now."""

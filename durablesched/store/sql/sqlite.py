@@ -514,16 +514,18 @@ LOOK = (
 #: The function :data:`LOOK_OUTCOMES` asks whether a task is waited on (in this process).
 AWAITED_FUNCTION = "durablesched_awaited"
 #: :data:`LOOK`, reading as well the outcomes of the tasks that finished and are waited
-#: on (kind 2: their ``Store.finished`` columns; the task's own row no longer finished,
-#: retried since, is left out), so that a batch of results costs one statement: the
-#: history's lines are the outer loop, a task's row is read only for an awaited task.
+#: on (kind 2: their ``Store.finished`` columns but ``finished_at``, which no wait's
+#: outcome holds and whose parsing was half of the rows' decoding; the task's own row
+#: no longer finished, retried since, is left out), so that a batch of results costs
+#: one statement: the history's lines are the outer loop, a task's row is read only for
+#: an awaited task.
 LOOK_OUTCOMES = (
     "SELECT 0, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL FROM "
     "(SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1) "
     "UNION ALL SELECT 1, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL "
     "FROM task_events WHERE id = ? "
     "UNION ALL SELECT 2, e.id, e.task_id, t.name, t.state, t.attempts, t.result, "
-    "t.last_error, t.finished_at FROM task_events AS e LEFT JOIN tasks AS t ON t.id = e.task_id "
+    "t.last_error, NULL FROM task_events AS e LEFT JOIN tasks AS t ON t.id = e.task_id "
     f"WHERE e.id > ? AND e.{TERMINAL_SQL} AND {AWAITED_FUNCTION}(e.task_id) "
     f"AND (t.id IS NULL OR t.{TERMINAL_SQL})"
 )
@@ -539,10 +541,12 @@ class FinishedLines:
     says that any task may have finished (``None``: every waited task is read).
 
     A look is one statement (:data:`LOOK`), and it is also how a commit is noticed:
-    the :class:`DataVersionWatcher` it runs on (inotify, or a poll) makes it, in place
-    of its ``data_version`` read, whenever the database's files are written; a
-    commit that wrote no history line finished nothing, and is not news here. So a
-    commit that finished tasks costs this watcher one read.
+    the :class:`DataVersionWatcher` it runs on (inotify, or a poll) makes it whenever
+    the database's files are written and ``data_version`` says another connection
+    committed since the last look (most writes it hears are of a commit not yet
+    visible, or of none: a look at them would read nothing); a commit that wrote no
+    history line finished nothing, and is not news here. So a commit that finished
+    tasks costs this watcher one read.
 
     Started with ``awaited``, the look reads as well the outcomes of the awaited tasks
     that finished (:data:`LOOK_OUTCOMES`) and reports those as
@@ -562,6 +566,9 @@ class FinishedLines:
         self._conn = engine.raw_connection()
         #: What the looks since the last report found finished; None: any may have.
         self._found: set[int] | None = set()
+        #: ``data_version`` read just before the last look that succeeded (None: look
+        #: whatever it says): while it is the same, nothing was committed to look at.
+        self._version: int | None = None
         #: Started with ``awaited``: the outcomes the looks since the last report read
         #: (None: not reading outcomes), and the CPU seconds those looks took.
         self._outcomes: Outcomes | None = None
@@ -624,10 +631,18 @@ class FinishedLines:
         return newest[0] != last
 
     def _watched_look(self) -> bool:
-        """:meth:`_look`, for the change watcher: a look that failed says that any task
-        may have finished (the waiting handles read them all), and the watch goes on."""
+        """:meth:`_look`, for the change watcher, unless ``data_version`` is what it was
+        before the last look (no other connection committed since: False, with no look).
+        It is read before the look, so a commit landing during the look is looked at
+        again next time. A look that failed says that any task may have finished (the
+        waiting handles read them all), and the watch goes on."""
         try:
-            return self._look()
+            version = _pragma_int(self._conn, "PRAGMA data_version")
+            if version == self._version:
+                return False
+            changed = self._look()
+            self._version = version  # only now: a failed look is made again
+            return changed
         except (sqlite3.Error, DurableSchedError) as e:  # a driver's error: not translated
             log.warning("reading which tasks finished failed: %s", e)
             self._found = None
@@ -891,19 +906,12 @@ class DataVersionWatcher:
     def _read(self) -> int:
         assert self._conn is not None  # without a probe
         try:
-            cursor = self._conn.cursor()
-            try:
-                cursor.execute("PRAGMA data_version")
-                row = cursor.fetchone()
-            finally:
-                cursor.close()
+            return _pragma_int(self._conn, "PRAGMA data_version")
         except sqlite3.Error as e:
             # The pool's raw connection raises the driver's own errors, which
             # ``translated`` does not know: one escaping would end the watch's
             # thread in silence, and its worker would never hear another commit.
             raise StoreError(f"watching for changes failed: {e}") from e
-        assert row is not None
-        return int(row[0])
 
     def changed(self) -> bool:
         """True if another connection committed since the last call."""
@@ -933,6 +941,18 @@ def _pragma(cursor: Any, sql: str) -> tuple[Any, ...]:
     row = cursor.fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def _pragma_int(conn: Any, sql: str) -> int:
+    """The number a pragma answers, read on a raw connection (its driver's errors)."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute(sql)
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    assert row is not None, sql
+    return int(row[0])
 
 
 def _file_path(engine: Engine) -> Path | None:
