@@ -83,7 +83,7 @@ def pg_store(pg_url: str) -> Iterator[PostgresStore]:
 
 def test_postgres_claim_reads_no_more_rows_than_it_claims(pg_store: PostgresStore) -> None:
     fill(pg_store, 5_000)
-    arm = pg_store.dialect.claim_for(1, 0).split("picked AS MATERIALIZED (", 1)[1]
+    arm = pg_store.dialect.claim_for(1, 0, most=10).split("picked AS MATERIALIZED (", 1)[1]
     arm = arm.split("), claimed AS (", 1)[0]
     with pg_store.engine.connect() as conn:
         conn.execute(text("ANALYZE tasks"))
@@ -130,3 +130,19 @@ def test_the_queue_limit_keys_view_shows_keys_busiest_first(
         store.close()
     assert [tuple(r) for r in rows][:1] == [("busy", 1, 4, 1, 1)]
     assert len(rows) == 1 + OTHER_KEYS
+
+
+def test_a_change_of_limit_leaves_the_waiting_tasks_unwritten(pg_store: PostgresStore) -> None:
+    """Each row a change of limit writes leaves its old version's entry in the claim's index
+    until a vacuum, where claims step over it: the tasks that wait before and after are
+    not written (their row versions, ``xmin``, are the same)."""
+    fill(pg_store, 50)  # the busy key: 1 running, 49 waiting; every other key's task a head
+    waiting = text("SELECT id, CAST(xmin AS text) FROM tasks WHERE key_waiting = 1")
+    with pg_store.engine.connect() as conn:
+        before = set(conn.execute(waiting).all())
+    pg_store.put_queue(QueueLimits("q", concurrency_per_key=2), T0)
+    with pg_store.engine.connect() as conn:
+        after = set(conn.execute(waiting).all())
+    # The busy key has room for a head now: one of its waiting tasks is claimable.
+    assert len(before) == 49 and len(after) == 48, (before, after)
+    assert after <= before

@@ -112,7 +112,7 @@ def test_claim_plan_walks_the_partial_index(pg_url: str) -> None:
     with store.engine.connect() as conn:
         conn.execute(text("ANALYZE tasks"))
         plan = conn.exec_driver_sql(
-            "EXPLAIN " + POSTGRES.claim_for(2, 2),
+            "EXPLAIN " + POSTGRES.claim_for(2, 2, most=8),
             {"owner": "w", "lease_expires_at": at(100), "now": at(30), "limit": 8, "started": None}
             | {"n0": "t1", "n1": "t2", "q0": "default", "q1": "reports", "l0": 8, "l1": 8},
         ).scalars()

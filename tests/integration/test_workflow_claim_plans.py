@@ -105,7 +105,7 @@ def postgres_claim_plan(store: PostgresStore, ask: int = 1) -> dict[str, Any]:
     ``ask`` picks and locks, rolled back; after a vacuum (the suspensions' claims' dead rows)."""
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE tasks"))
-    arm = store.dialect.claim_for(1, 0).split("picked AS MATERIALIZED (", 1)[1]
+    arm = store.dialect.claim_for(1, 0, most=ask).split("picked AS MATERIALIZED (", 1)[1]
     arm = arm.split("), claimed AS (", 1)[0]
     sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + arm.replace("%(q0)s", "'q'").replace(
         "%(l0)s", str(ask)

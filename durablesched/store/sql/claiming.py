@@ -97,7 +97,8 @@ def claim_rows(
         params["keyed"] = keyed
     # id, seq, name, args, attempts, max_attempts, fence, due_at, idempotency_key, queue,
     # priority, created_at, limit_key (and, from the claim of ``keyed``: sync its key?)
-    statement = tx.dialect.claim_for(len(arms), len(ordered), keyed=bool(keyed))
+    most = max(n for _, n in arms)
+    statement = tx.dialect.claim_for(len(arms), len(ordered), keyed=bool(keyed), most=most)
     if key_rated:
         rows = _claim_within_key_rates(tx, conn, statement, params, key_rated=key_rated, now=now)
     else:

@@ -103,6 +103,11 @@ class SQLDialect:
     #: by :data:`sync_keys` after it. None: the database's triggers count a claim's
     #: starts (SQLite).
     claim_keyed: Callable[[int, int], str] | None = None
+    #: The claim written with ``bound``, a literal no arm's limit exceeds, for a planner
+    #: that reads a literal LIMIT but guesses a parameter's (PostgreSQL's generic plan
+    #: of a prepared statement): ``(arms, names, keyed, bound)``. None: ``claim`` and
+    #: ``claim_keyed`` are the statements for every limit.
+    claim_bounded: Callable[[int, int, bool, int], str] | None = None
     #: Brings keys (``:queues``, ``:keys``, two lists in order) up to date in a claim's
     #: transaction, as the triggers do after any other change of a keyed task.
     sync_keys: TextClause | None = None
@@ -158,14 +163,21 @@ class SQLDialect:
     #: (none open, or a failed one), or None if it can (:mod:`.borrowed`).
     borrowed_problem: Callable[[Any], str | None] | None = None
 
-    def claim_for(self, arms: int, names: int, keyed: bool = False) -> str:
+    def claim_for(self, arms: int, names: int, keyed: bool = False, most: int = 1) -> str:
         """The claim as the driver takes it (cached: queues and names rarely change);
-        ``keyed``: :data:`claim_keyed`."""
-        key = (self.name, arms, names, keyed)
+        ``keyed``: :data:`claim_keyed`; ``most``: the largest of its arms' limits, rounded
+        up to a power of two for :data:`claim_bounded` (a statement per power, not per
+        limit: a few, each prepared by the driver once it has run a few times)."""
+        bound = 1 << max(most - 1, 0).bit_length() if self.claim_bounded is not None else 0
+        key = (self.name, arms, names, keyed, bound)
         cached = _CLAIMS.get(key)
         if cached is None:
-            make = self.claim_keyed if keyed and self.claim_keyed is not None else self.claim
-            cached = _CLAIMS[key] = self.driver(make(arms, names))
+            if self.claim_bounded is not None:
+                sql = self.claim_bounded(arms, names, keyed, bound)
+            else:
+                make = self.claim_keyed if keyed and self.claim_keyed is not None else self.claim
+                sql = make(arms, names)
+            cached = _CLAIMS[key] = self.driver(sql)
         return cached
 
     def prepared(self, sql: str) -> str:
@@ -179,7 +191,7 @@ class SQLDialect:
         return cached
 
 
-_CLAIMS: dict[tuple[str, int, int, bool], str] = {}
+_CLAIMS: dict[tuple[str, int, int, bool, int], str] = {}
 _PREPARED: dict[tuple[str, str], str] = {}
 
 

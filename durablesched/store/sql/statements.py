@@ -141,9 +141,17 @@ SQL_QUEUE_PER_KEY = text(
 #: claimed, then (with a limit per key) hold back every keyed claimable task ...
 SQL_FORGET_KEYS = text("DELETE FROM durablesched_limit_keys WHERE queue = :name")
 SQL_UNBLOCK_KEYS = text("UPDATE tasks SET key_waiting = 0 WHERE queue = :name AND key_waiting = 1")
+#: ... (with a limit per key, these two instead: each writes only the rows it changes, so
+#: a change of the limit leaves the tasks that wait, waiting; each row written leaves its
+#: old version's entry in the claim's index until a vacuum, and a claim steps over those
+#: in its range) ...
+SQL_UNBLOCK_UNKEYED = text(
+    "UPDATE tasks SET key_waiting = 0 WHERE queue = :name AND key_waiting = 1 "
+    f"AND NOT (limit_key IS NOT NULL AND {CLAIMABLE_SQL})"
+)
 SQL_BLOCK_KEYS = text(
-    "UPDATE tasks SET key_waiting = 1 WHERE queue = :name AND limit_key IS NOT NULL "
-    f"AND {CLAIMABLE_SQL}"
+    "UPDATE tasks SET key_waiting = 1 WHERE queue = :name AND key_waiting = 0 "
+    f"AND limit_key IS NOT NULL AND {CLAIMABLE_SQL}"
 )
 #: ... count each key's RUNNING tasks into its row (SQLite's triggers add a change's part
 #: to the row's count since migration 0021; PostgreSQL's count again) ...

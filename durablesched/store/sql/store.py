@@ -116,6 +116,7 @@ from durablesched.store.sql.statements import (
     SQL_STATE_AND_ENVIRONMENT,
     SQL_TOUCH_KEYS,
     SQL_UNBLOCK_KEYS,
+    SQL_UNBLOCK_UNKEYED,
     sql_list_tasks,
 )
 from durablesched.store.sql.submitting import insert
@@ -657,8 +658,10 @@ class SQLStore(Transactions):
             conn.execute(SQL_PUT_QUEUE, params)
             if before != limits.key_cap:
                 conn.execute(SQL_FORGET_KEYS, name)
-                conn.execute(SQL_UNBLOCK_KEYS, name)
-                if limits.key_cap is not None:
+                if limits.key_cap is None:
+                    conn.execute(SQL_UNBLOCK_KEYS, name)
+                else:
+                    conn.execute(SQL_UNBLOCK_UNKEYED, name)
                     conn.execute(SQL_BLOCK_KEYS, name)
                     conn.execute(SQL_SEED_KEYS, name)
                     conn.execute(SQL_TOUCH_KEYS, name)
