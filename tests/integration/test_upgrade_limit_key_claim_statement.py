@@ -26,9 +26,10 @@ from .test_upgrade_limit_key_claims import (
 __all__ = ["database"]  # the fixture, shared
 
 
-def insert_old(engine: Engine, task_id: int, key: str) -> None:
-    """A keyed task of queue q as the code at 0017 inserted it: SQLite, into the view whose
-    trigger keeps its key; PostgreSQL, into tasks (its INSERT trigger fires)."""
+def insert_old(engine: Engine, task_id: int, key: str, due: int = 1) -> None:
+    """A keyed task of queue q, due at second ``due``, as the code from 0017 to 0021
+    inserted it: SQLite, into the view whose trigger keeps its key; PostgreSQL, into
+    tasks (its INSERT trigger fires)."""
     into = "durablesched_new_keyed_tasks" if engine.dialect.name == "sqlite" else "tasks"
     with engine.begin() as conn:
         conn.execute(
@@ -38,7 +39,7 @@ def insert_old(engine: Engine, task_id: int, key: str) -> None:
                 "limit_key) VALUES (:id, :id, 't', '{}', 'PENDING', :due, 0, 3, 0, NULL, :due, "
                 ":due, 'q', 0, :key)"
             ),
-            {"id": task_id, "due": stamp(engine, 1), "key": key},
+            {"id": task_id, "due": stamp(engine, due), "key": key},
         )
 
 

@@ -11,29 +11,10 @@ from sqlalchemy import Engine, text
 from durablesched.store.sql.migrate import HEAD_REVISION, alembic_config
 
 from ..conftest import at
-from .test_upgrade_limit_key_claims import (
-    LEASE,
-    database,  # noqa: F401 - the fixture, on SQLite and PostgreSQL
-    keyed_queue_at,
-    open_store,
-    stamp,
-)
+from .test_upgrade_limit_key_claim_statement import insert_old
+from .test_upgrade_limit_key_claims import LEASE, database, keyed_queue_at, open_store
 
-
-def insert(engine: Engine, task_id: int, key: str, due: int) -> None:
-    """A keyed task of queue q as the code at 0021 inserted it: SQLite, into the view whose
-    trigger keeps its key; PostgreSQL, into tasks (its INSERT trigger fires)."""
-    into = "durablesched_new_keyed_tasks" if engine.dialect.name == "sqlite" else "tasks"
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                f"INSERT INTO {into} (id, seq, name, args, state, due_at, attempts, "
-                "max_attempts, fence, idempotency_key, created_at, updated_at, queue, priority, "
-                "limit_key) VALUES (:id, :id, 't', '{}', 'PENDING', :due, 0, 3, 0, NULL, :now, "
-                ":now, 'q', 0, :key)"
-            ),
-            {"id": task_id, "due": stamp(engine, due), "now": stamp(engine, 0), "key": key},
-        )
+__all__ = ["database"]  # the fixture, shared
 
 
 def heads(engine: Engine) -> dict[str, int]:
@@ -56,21 +37,21 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(alembic_config(conn), revision)
 
 
-def test_0022_gives_each_key_its_first_task_up_down_and_up(database: tuple[str, Engine]) -> None:  # noqa: F811
+def test_0022_gives_each_key_its_first_task_up_down_and_up(database: tuple[str, Engine]) -> None:
     url, engine = database
     try:
         keyed_queue_at(engine, "0021", 1)
-        insert(engine, 1001, "k", due=100)
-        insert(engine, 1002, "k", due=5)  # due sooner: waited behind 1001 at 0021
-        insert(engine, 1003, "j", due=5)
-        insert(engine, 1004, "j", due=100)
+        insert_old(engine, 1001, "k", due=100)
+        insert_old(engine, 1002, "k", due=5)  # due sooner: waited behind 1001 at 0021
+        insert_old(engine, 1003, "j", due=5)
+        insert_old(engine, 1004, "j", due=100)
         assert heads(engine) == {"k": 1001, "j": 1003}
         upgrade(engine)
         assert heads(engine) == {"k": 1002, "j": 1003}
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0021")
-        insert(engine, 1005, "m", due=100)
-        insert(engine, 1006, "m", due=5)
+        insert_old(engine, 1005, "m", due=100)
+        insert_old(engine, 1006, "m", due=5)
         assert heads(engine)["m"] == 1005  # 0021's bookkeeping: the head stays
         upgrade(engine)
         assert heads(engine) == {"k": 1002, "j": 1003, "m": 1006}
