@@ -201,7 +201,13 @@ ALLOWED: dict[str, frozenset[Move]] = {
     "requeue": frozenset({(S.FAILED, S.PENDING), (S.CANCELLED, S.PENDING)}),
     "suspend": frozenset({(S.RUNNING, S.PENDING), (S.RUNNING, S.CANCELLED)}),
     "spawn": _SUBMIT,
-    "workflow": _SUBMIT | _CLAIM | _SUCCEED | _FAIL | frozenset({(S.RUNNING, S.PENDING)}),
+    # A spawn, a suspension (which cancels a workflow whose cancel was requested, as
+    # "suspend" may), the child's claim and its end.
+    "workflow": _SUBMIT
+    | _CLAIM
+    | _SUCCEED
+    | _FAIL
+    | frozenset({(S.RUNNING, S.PENDING), (S.RUNNING, S.CANCELLED)}),
 }
 assert all(
     m in TRANSITIONS | OPERATOR_TRANSITIONS or m[0] is None for ms in ALLOWED.values() for m in ms
