@@ -19,11 +19,13 @@ Results that stream in are read in batches: after a read that delivered some whi
 other handles still wait, the watcher keeps what finishes next to itself for
 :data:`BATCH` seconds (its own looks at the database stop meanwhile) and then tells
 it all at once (SQLite's is answered the batch's length and looks again by itself;
-the others are nudged at its end). So a wait costs this process a few reads a
-second under any load, and a result arriving alone is read at once. A batch ends
-no later than the stream's rate says the waits left will all have finished
-(:meth:`Waiters._spread`): the last results of a drain are not held for a whole
-batch after the last commit. A coroutine's
+the others are nudged at its end). A stream that goes on is read less often: each
+batch of it lasts at least twice the one before, up to :data:`MAX_BATCH` (fewer,
+larger reads cost the waiting process less CPU: docs/performance.md). So a
+wait costs this process a few reads a second under any load, and a result arriving
+alone is read at once. A batch ends no later than the stream's rate says the waits
+left will all have finished (:meth:`Waiters._spread`): the last results of a drain
+are not held for a whole batch after the last commit. A coroutine's
 timeout is kept here too, in :class:`Deadlines` (no timer on its event loop).
 Closing wakes every wait.
 """
@@ -62,7 +64,8 @@ BATCH = 0.02
 #: :data:`MAX_BATCH`. So a stream costs the waiting thread about this share, however
 #: long its reads take, and a result waits for its batch at most ``MAX_BATCH``.
 READ_SHARE = 0.015
-#: The longest a batch lasts (seconds), however costly the reads.
+#: The longest a batch lasts (seconds), however costly the reads or long the stream:
+#: the most a result streaming in waits for its batch.
 MAX_BATCH = 0.1
 #: Futures with a deadline that stopped waiting (delivered, cancelled) before the
 #: deadlines are compacted (when they are also half of them at least).
@@ -249,8 +252,9 @@ class Waiters:
         #: When the reads that deliver happen: the stream's rate (:meth:`_spread`).
         self._clock = clock
         #: When the last read that delivered while others still waited happened (by
-        #: ``clock``); None: no stream under way.
+        #: ``clock``), and the batch it began (seconds); None: no stream under way.
         self._streamed_at: float | None = None
+        self._streamed_for = 0.0
         self._lock = threading.Lock()
         self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
@@ -465,17 +469,21 @@ class Waiters:
     def _spread(self, delivered: int, spent: float) -> float:
         """Under the lock, after a read that delivered ``delivered`` results while others
         still wait, at a cost of ``spent`` CPU seconds: how long the batch it begins
-        lasts. :data:`BATCH`, or as long as makes ``spent`` :data:`READ_SHARE` of it, up
-        to :data:`MAX_BATCH`; but no longer than the waits left take to finish at the
-        rate this read and the one before delivered (a drain's last batch ends as its
-        last results should commit, not a whole batch after: if some are late, the read
-        at its end begins a shorter one). The first read of a stream (after one that left
-        nothing waited on) has no rate; a rate from long ago is low, and caps nothing."""
+        lasts. :data:`BATCH`, or as long as makes ``spent`` :data:`READ_SHARE` of it,
+        and in a stream at least twice the batch before, each up to :data:`MAX_BATCH`;
+        but no longer than the waits left take to finish at the rate this read and the
+        one before delivered (a drain's last batch ends as its last results should
+        commit, not a whole batch after: if some are late, the read at its end begins a
+        shorter one). The first read of a stream (after one that left nothing waited
+        on) has no rate and no batch before; a rate from long ago is low, and caps
+        nothing."""
         spread = max(self._batch, min(spent / READ_SHARE, MAX_BATCH))
         now = self._clock()
         last, self._streamed_at = self._streamed_at, now
         if last is not None and now > last:
+            spread = max(spread, min(2 * self._streamed_for, MAX_BATCH))
             spread = min(spread, len(self._waiting) * (now - last) / delivered)
+        self._streamed_for = spread
         return spread
 
     def _deliver(self, found: Mapping[int, Finished | None]) -> int:

@@ -248,7 +248,8 @@ def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finis
             waiters.add(task_id, Waiter())
         settled(store, set(range(1, 13)))
         assert report(1.0, 1, 2, 3, 4) == 0.05  # no rate yet: the batch asked for
-        assert report(1.05, 5, 6, 7, 8) == 0.05  # 4 left at 80 a second: 50 ms, no less
+        # 4 left at 80 a second: 50 ms, not twice the last batch (100 ms), no less.
+        assert report(1.05, 5, 6, 7, 8) == pytest.approx(0.05)
         assert report(1.1, 9, 10) == pytest.approx(0.05)  # 2 left at 40 a second
         assert report(1.12, 11) == pytest.approx(0.02)  # 1 left at 50 a second
         assert report(1.13, 12) is False  # nobody waits: the next commit is news
@@ -257,6 +258,52 @@ def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finis
             waiters.add(task_id, Waiter())
         settled(store, {20, 21})
         assert report(1.14, 20) == 0.05  # a new stream: no rate from the last one
+    finally:
+        waiters.close()
+
+
+def test_a_stream_that_goes_on_is_read_half_as_often_each_batch_up_to_max_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each batch of a stream lasts at least twice the one before (fewer, larger reads
+    cost the waiting process less), up to MAX_BATCH, the most a streaming result waits;
+    the stream's rate still ends a batch sooner; the next stream starts again at the
+    batch asked for."""
+    monkeypatch.setattr(waiting, "MAX_BATCH", 0.1)
+    now = [0.0]
+    store = Store()
+    waiters = Waiters(
+        store,  # type: ignore[arg-type]
+        batch=0.02,
+        fallback=60,
+        cpu_clock=lambda: 0.0,  # cheap reads: READ_SHARE asks for nothing longer
+        clock=lambda: now[0],
+    )
+
+    def report(at: float, *task_ids: int) -> bool | float | None:
+        now[0] = at
+        outcomes = Outcomes()
+        for task_id in task_ids:
+            outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
+        return store.watcher.report(outcomes)
+
+    try:
+        for task_id in range(1, 101):
+            waiters.add(task_id, Waiter())
+        settled(store, set(range(1, 101)))
+        assert report(1.0, 1) == 0.02  # no stream before: the batch asked for
+        assert report(1.02, 2) == pytest.approx(0.04)  # twice the last
+        assert report(1.06, 3) == pytest.approx(0.08)
+        assert report(1.14, 4) == pytest.approx(0.1)  # MAX_BATCH, not 0.16
+        assert report(1.24, 5) == pytest.approx(0.1)
+        # 90 delivered in 0.1 s (900 a second): the 5 left take 5.6 ms, not 100.
+        assert report(1.34, *range(6, 96)) == pytest.approx(5 * 0.1 / 90)
+        assert report(1.35, *range(96, 101)) is False  # nobody waits: the stream is over
+        store.reads.clear()
+        for task_id in (200, 201):
+            waiters.add(task_id, Waiter())
+        settled(store, {200, 201})
+        assert report(2.0, 200) == 0.02  # a new stream: nothing doubled from the last one
     finally:
         waiters.close()
 
