@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, TextClause
+from sqlalchemy import Connection, Engine, TextClause
 
 from durablesched.records import Finding
 
@@ -119,6 +119,11 @@ class SQLDialect:
     #: under way has committed (and is seen) when their keys' heads are chosen afresh.
     #: None: one writer at a time (SQLite).
     lock_keyed_tasks: TextClause | None = None
+    #: Run after a change of a queue's limit per key has committed, with the engine and
+    #: how many tasks it rewrote (their ``key_waiting``): where old row versions stay in
+    #: the claim's index until a vacuum (PostgreSQL), vacuums the tasks table when they
+    #: are many. None: nothing is left behind (SQLite rewrites in place).
+    after_limit_rewrite: Callable[[Engine, int], None] | None = None
     #: Run first in a transaction that records outcomes (and starts, signals): takes the
     #: rows of every task it writes (``:ids``) and of the parents of those that may end
     #: (``:children``: a child's end wakes its parent), all in id order, so that no two

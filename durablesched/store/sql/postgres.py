@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
@@ -437,6 +438,51 @@ FINISHED_OUTCOMES = pyformat(
 )
 
 
+# -- after a change of limit per key -------------------------------------------------------------
+
+#: Tasks a change of a queue's limit per key rewrites (``key_waiting``) before the tasks
+#: table is vacuumed after it: each rewritten task's old version stays in the claim's
+#: index until a vacuum, those of a busy key's backlog at its front, where every claim of
+#: the queue steps over them (100,000 cost a claim about 1.2 ms, docs/queues.md), and
+#: autovacuum waits for a fifth of the table to be dead.
+VACUUM_AFTER = 10_000
+#: How long that vacuum waits for the table (another vacuum under way) before it leaves
+#: the table to autovacuum.
+VACUUM_LOCK_TIMEOUT = "5s"
+
+
+def vacuum_after_limit_rewrite(engine: Engine, rewritten: int) -> None:
+    """``VACUUM (ANALYZE) tasks`` once a committed change of limit per key rewrote
+    :data:`VACUUM_AFTER` tasks or more: alone (no transaction may hold a vacuum); it blocks
+    no reader or writer of the table. The change stands whatever happens here: a vacuum
+    refused (the table's lock held past :data:`VACUUM_LOCK_TIMEOUT`, the connection
+    lost) is logged and left to autovacuum; a role that does not own the table gets
+    PostgreSQL's own warning and no vacuum."""
+    if rewritten < VACUUM_AFTER:
+        return
+    started = time.monotonic()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        try:
+            conn.exec_driver_sql(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT}'")
+            conn.exec_driver_sql("VACUUM (ANALYZE) tasks")
+            conn.exec_driver_sql("RESET lock_timeout")
+        except DBAPIError as e:
+            log.warning(
+                "vacuuming tasks after a change of limit per key that rewrote %d tasks "
+                "failed (autovacuum will, in time; until then claims step over their old "
+                "versions): %s",
+                rewritten,
+                e.orig,
+            )
+            conn.invalidate()  # its lock_timeout, or a broken connection: not reused
+            return
+    log.info(
+        "vacuumed tasks after a change of limit per key that rewrote %d tasks in %.1f s",
+        rewritten,
+        time.monotonic() - started,
+    )
+
+
 def autocommit(connection: Any) -> None:
     """A psycopg connection in autocommit: a lone read holds no transaction open."""
     connection.rollback()
@@ -474,6 +520,7 @@ POSTGRES = SQLDialect(
     autocommit=autocommit,
     lock_queues=text(LOCK_QUEUES).bindparams(NAMES),
     lock_keyed_tasks=text(LOCK_KEYED_TASKS),
+    after_limit_rewrite=vacuum_after_limit_rewrite,
     lock_tasks=LOCK_TASKS,
     record_step=text(RECORD_STEP),
     receive_signal=text(RECEIVE_SIGNAL),

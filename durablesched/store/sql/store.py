@@ -646,6 +646,7 @@ class SQLStore(Transactions):
             "rate_per_key_seconds": None if key_rate is None else int(key_rate.per.total_seconds()),
         }
         name = {"name": limits.name}
+        rewritten = 0  # tasks whose key_waiting the change wrote
         with self._write(f"setting queue {limits.name!r}") as conn:
             lock_keyed = self.dialect.lock_keyed_tasks
             if lock_keyed is not None and conn.execute(SQL_QUEUE_PER_KEY, name).scalar() != (
@@ -659,13 +660,15 @@ class SQLStore(Transactions):
             if before != limits.key_cap:
                 conn.execute(SQL_FORGET_KEYS, name)
                 if limits.key_cap is None:
-                    conn.execute(SQL_UNBLOCK_KEYS, name)
+                    rewritten = conn.execute(SQL_UNBLOCK_KEYS, name).rowcount
                 else:
-                    conn.execute(SQL_UNBLOCK_UNKEYED, name)
-                    conn.execute(SQL_BLOCK_KEYS, name)
+                    rewritten = conn.execute(SQL_UNBLOCK_UNKEYED, name).rowcount
+                    rewritten += conn.execute(SQL_BLOCK_KEYS, name).rowcount
                     conn.execute(SQL_SEED_KEYS, name)
                     conn.execute(SQL_TOUCH_KEYS, name)
             self._wake_others(conn)  # a resumed or widened queue: workers claim at once
+        if rewritten and self.dialect.after_limit_rewrite is not None:
+            self.dialect.after_limit_rewrite(self.engine, rewritten)
 
     def queue_info(self, now: datetime, *, finished: bool = True) -> list[QueueInfo]:
         return operator_actions.queue_info(self, now, finished=finished)
