@@ -297,14 +297,12 @@ class Waiters:
         future.task_id = task_id
         future.timeout = timeout
         future.waiters = self
-        if timeout is None:
-            with self._lock:
-                self._register(task_id, future)
-            return future
-        future.deadline = time.monotonic() + max(0.0, timeout)
+        if timeout is not None:
+            future.deadline = time.monotonic() + (timeout if timeout > 0 else 0.0)
         with self._lock:
             self._register(task_id, future)
-            self._deadlines.add(future)
+            if timeout is not None:
+                self._deadlines.add(future)
         return future
 
     def _register(self, task_id: int, waiter: AnyWaiter) -> None:
