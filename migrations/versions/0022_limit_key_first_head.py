@@ -42,16 +42,6 @@ down_revision = "0021"
 branch_labels = None
 depends_on = None
 
-CLAIMABLE = "state IN ('PENDING', 'RETRY_WAIT')"
-UNLIMITED = 2**31 - 1
-CAP = (
-    f"COALESCE(concurrency_per_key, CASE WHEN rate_per_key_count IS NOT NULL THEN {UNLIMITED} END)"
-)
-#: Task ``t`` comes before task ``h`` in a key's order (due_at, priority desc, seq).
-BEFORE = "(t.due_at, h.priority, t.seq) < (h.due_at, t.priority, h.seq)"
-#: The triggers that handle a changed task (``NEW``), whose head it may take.
-CHANGED = ("durablesched_limit_key_update", "durablesched_new_keyed_task")
-
 
 def _revision(name: str) -> ModuleType:
     """An earlier migration's module (its file name is no Python name)."""
@@ -61,6 +51,17 @@ def _revision(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+#: Migration 0018: its claimable tasks and a queue's cap per key (the terms as it wrote
+#: them), and the key function this one replaces and its downgrade puts back.
+_0018 = _revision("0018_limit_key_claim_statement.py")
+CLAIMABLE: str = _0018.CLAIMABLE
+CAP: str = _0018.CAP
+#: Task ``t`` comes before task ``h`` in a key's order (due_at, priority desc, seq).
+BEFORE = "(t.due_at, h.priority, t.seq) < (h.due_at, t.priority, h.seq)"
+#: The triggers that handle a changed task (``NEW``), whose head it may take.
+CHANGED = ("durablesched_limit_key_update", "durablesched_new_keyed_task")
 
 
 def _gives_way(q: str, k: str) -> str:
@@ -133,7 +134,7 @@ PG_ANCHOR = "    IF head IS NULL AND blocked IS NULL AND n < cap THEN\n"
 
 def pg_sync() -> str:
     """0018's sync with :data:`PG_GIVE_WAY` in it."""
-    old = str(_revision("0018_limit_key_claim_statement.py").PG_SYNC)
+    old = str(_0018.PG_SYNC)
     assert old.count(PG_ANCHOR) == 1 and old.count("    blocked timestamptz;\n") == 1, old
     return old.replace(PG_ANCHOR, PG_GIVE_WAY + PG_ANCHOR).replace(
         "    blocked timestamptz;\n",
@@ -176,7 +177,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(_revision("0018_limit_key_claim_statement.py").PG_SYNC)
+        op.execute(_0018.PG_SYNC)
         return
     old = _revision("0021_limit_key_running_counts.py").triggers()
     for name in CHANGED:
