@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+import sqlalchemy.exc
 from sqlalchemy import text
 
 from durablesched import QueueLimits
@@ -97,3 +98,18 @@ def test_a_vacuum_that_cannot_have_the_table_leaves_the_change_standing(
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_no_connection_for_the_vacuum_is_a_warning_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pool spent when the change has committed: the caller is not told the change
+    failed."""
+
+    class Spent:
+        def connect(self) -> None:
+            raise sqlalchemy.exc.TimeoutError("QueuePool limit of size 8 overflow 64 reached")
+
+    with caplog.at_level(logging.WARNING, logger="durablesched.postgres"):
+        postgres.vacuum_after_limit_rewrite(Spent(), postgres.VACUUM_AFTER)  # type: ignore[arg-type]
+    assert "QueuePool limit" in caplog.text

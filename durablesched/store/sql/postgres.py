@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, TextClause, bindparam, create_engine, event, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
@@ -461,21 +461,23 @@ def vacuum_after_limit_rewrite(engine: Engine, rewritten: int) -> None:
     if rewritten < VACUUM_AFTER:
         return
     started = time.monotonic()
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        try:
-            conn.exec_driver_sql(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT}'")
-            conn.exec_driver_sql("VACUUM (ANALYZE) tasks")
-            conn.exec_driver_sql("RESET lock_timeout")
-        except DBAPIError as e:
-            log.warning(
-                "vacuuming tasks after a change of limit per key that rewrote %d tasks "
-                "failed (autovacuum will, in time; until then claims step over their old "
-                "versions): %s",
-                rewritten,
-                e.orig,
-            )
-            conn.invalidate()  # its lock_timeout, or a broken connection: not reused
-            return
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            try:
+                conn.exec_driver_sql(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT}'")
+                conn.exec_driver_sql("VACUUM (ANALYZE) tasks")
+                conn.exec_driver_sql("RESET lock_timeout")
+            except DBAPIError:
+                conn.invalidate()  # its lock_timeout, or a broken connection: not reused
+                raise
+    except SQLAlchemyError as e:  # none connected (the pool spent), or the vacuum failed
+        log.warning(
+            "vacuuming tasks after a change of limit per key that rewrote %d tasks failed "
+            "(autovacuum will, in time; until then claims step over their old versions): %s",
+            rewritten,
+            e.orig if isinstance(e, DBAPIError) else e,
+        )
+        return
     log.info(
         "vacuumed tasks after a change of limit per key that rewrote %d tasks in %.1f s",
         rewritten,
