@@ -218,10 +218,11 @@ class Deadlines:
             due.append(heapq.heappop(rest)[2])
         return due
 
-    def keep(self, still: Callable[[WaitingFuture], bool]) -> None:
-        """Drop the futures for which ``still`` is false (they stopped waiting)."""
-        self._run = deque(future for future in self._run if still(future))
-        self._rest = [entry for entry in self._rest if still(entry[2])]
+    def keep(self, waiting: Mapping[int, list[AnyWaiter]]) -> None:
+        """Drop the futures that stopped waiting: those no longer among ``waiting``'s
+        waits on their task (a test inline, not a call a future)."""
+        self._run = deque([f for f in self._run if f in waiting.get(f.task_id, ())])
+        self._rest = [e for e in self._rest if e[2] in waiting.get(e[2].task_id, ())]
         heapq.heapify(self._rest)
 
 
@@ -337,11 +338,14 @@ class Waiters:
         or cancelled). Their deadlines stay, skipped when they pass, until they are as
         many as those still waiting (and more than :data:`COMPACT_AFTER`): then only
         the waits still waiting are kept, so that short waits with long timeouts do not
-        keep their futures (and results) for those timeouts."""
+        keep their futures (and results) for those timeouts. Once nothing waits, none
+        is kept (no wait to look for)."""
         self._ended_since += count
-        if self._ended_since > COMPACT_AFTER and self._ended_since * 2 > len(self._deadlines):
-            waiting = self._waiting
-            self._deadlines.keep(lambda future: future in waiting.get(future.task_id, ()))
+        if not self._waiting:
+            self._deadlines = Deadlines()
+            self._ended_since = 0
+        elif self._ended_since > COMPACT_AFTER and self._ended_since * 2 > len(self._deadlines):
+            self._deadlines.keep(self._waiting)
             self._ended_since = 0
 
     @property

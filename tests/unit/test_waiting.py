@@ -478,14 +478,17 @@ def test_deadlines_come_out_earliest_first_whatever_order_they_went_in() -> None
     beside it: either way each comes out at its time, not before, not after."""
     deadlines = waiting.Deadlines()
     futures = [waiting.WaitingFuture.__new__(waiting.WaitingFuture) for _ in range(7)]
-    for future, deadline in zip(futures, [5.0, 7.0, 3.0, 7.0, 6.0, 9.0, 8.0], strict=True):
+    for task_id, (future, deadline) in enumerate(
+        zip(futures, [5.0, 7.0, 3.0, 7.0, 6.0, 9.0, 8.0], strict=True)
+    ):
+        future.task_id = task_id
         future.deadline = deadline
         deadlines.add(future)
     assert (len(deadlines), deadlines.first()) == (7, 3.0)
     assert deadlines.pop_due(4.0) == [futures[2]]
     assert deadlines.first() == 5.0
     assert sorted(f.deadline for f in deadlines.pop_due(7.0)) == [5.0, 6.0, 7.0, 7.0]
-    deadlines.keep(lambda future: future is not futures[6])  # the heap's 8.0 stopped
+    deadlines.keep({5: [futures[5]]})  # the heap's 8.0 (task 6) stopped waiting
     assert (len(deadlines), deadlines.first()) == (1, 9.0)
     assert deadlines.pop_due(10.0) == [futures[5]]
     assert (len(deadlines), deadlines.first()) == (0, math.inf)
@@ -527,6 +530,25 @@ def test_delivered_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPat
     try:
         assert asyncio.run(main()) == [i * 10 for i in range(10)]
         assert len(waiters._deadlines) <= 4  # compacted at least once; at most 4 since
+    finally:
+        waiters.close()
+
+
+def test_once_nothing_waits_no_deadline_is_kept() -> None:
+    """However few ended (no compaction yet), the last wait's end lets every deadline go:
+    none can belong to a wait still waiting."""
+    store = Store()
+    store.done.update(range(3))
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+
+    try:
+        assert asyncio.run(main()) == [0, 10, 20]
+        assert len(waiters._deadlines) == 0
     finally:
         waiters.close()
 
