@@ -220,7 +220,7 @@ class Deadlines:
 
     def keep(self, waiting: Mapping[int, list[AnyWaiter]]) -> None:
         """Drop the futures that stopped waiting: those no longer among ``waiting``'s
-        waits on their task (a test inline, not a call a future)."""
+        waits on their task (tested inline: no call per future)."""
         self._run = deque([f for f in self._run if f in waiting.get(f.task_id, ())])
         self._rest = [e for e in self._rest if e[2] in waiting.get(e[2].task_id, ())]
         heapq.heapify(self._rest)
