@@ -9,6 +9,7 @@ Against a store and a watcher made here, driven by the test: no database, no sle
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
 import threading
@@ -96,6 +97,27 @@ def delivered(waiter: Waiter) -> int:
     assert waiter.record is not None
     result: int = waiter.record.result
     return result
+
+
+def clocked(store: Store, batch: float, now: list[float]) -> Waiters:
+    """Waiters on ``store`` whose reads cost nothing and whose stream's clock is ``now[0]``."""
+    return Waiters(
+        store,  # type: ignore[arg-type]
+        batch=batch,
+        fallback=60,
+        cpu_clock=lambda: 0.0,  # cheap reads: READ_SHARE asks for nothing longer
+        clock=lambda: now[0],
+    )
+
+
+def report_at(store: Store, now: list[float], at: float, *task_ids: int) -> bool | float | None:
+    """The watcher reports ``task_ids`` succeeded, their outcomes read in its own look, at
+    ``at`` on the clock ``now``: what it is answered (a batch's length, or False)."""
+    now[0] = at
+    outcomes = Outcomes()
+    for task_id in task_ids:
+        outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
+    return store.watcher.report(outcomes)
 
 
 def test_results_streaming_in_are_read_in_batches() -> None:
@@ -228,20 +250,8 @@ def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finis
     asked for), and neither has the first read of the next stream (after nobody waited)."""
     now = [0.0]
     store = Store()
-    waiters = Waiters(
-        store,  # type: ignore[arg-type]
-        batch=0.05,
-        fallback=60,
-        cpu_clock=lambda: 0.0,
-        clock=lambda: now[0],
-    )
-
-    def report(at: float, *task_ids: int) -> bool | float | None:
-        now[0] = at
-        outcomes = Outcomes()
-        for task_id in task_ids:
-            outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
-        return store.watcher.report(outcomes)
+    waiters = clocked(store, 0.05, now)
+    report = functools.partial(report_at, store, now)
 
     try:
         for task_id in range(1, 13):
@@ -272,20 +282,8 @@ def test_a_stream_that_goes_on_is_read_half_as_often_each_batch_up_to_max_batch(
     monkeypatch.setattr(waiting, "MAX_BATCH", 0.1)
     now = [0.0]
     store = Store()
-    waiters = Waiters(
-        store,  # type: ignore[arg-type]
-        batch=0.02,
-        fallback=60,
-        cpu_clock=lambda: 0.0,  # cheap reads: READ_SHARE asks for nothing longer
-        clock=lambda: now[0],
-    )
-
-    def report(at: float, *task_ids: int) -> bool | float | None:
-        now[0] = at
-        outcomes = Outcomes()
-        for task_id in task_ids:
-            outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
-        return store.watcher.report(outcomes)
+    waiters = clocked(store, 0.02, now)
+    report = functools.partial(report_at, store, now)
 
     try:
         for task_id in range(1, 101):
