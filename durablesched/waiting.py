@@ -4,16 +4,16 @@ Every :class:`~durablesched.TaskHandle` of a scheduler that waits registers here
 One thread reads, in one query, the outcomes of the awaited tasks that the store's
 :class:`~durablesched.store.protocol.FinishWatcher` says finished (PostgreSQL: a
 NOTIFY naming the tasks its transaction finished; memory: the store itself), those
-of waiters just arrived, and every :data:`FALLBACK` seconds those of all, whatever
-it hears (a watcher that failed or a lost notification delays a result by at most
-that). SQLite's watcher reads the outcomes itself, in the statement of its look at
-the history's lines written since the last (after a commit seen through inotify or
-``data_version``), for the tasks this process waits on (:meth:`Waiters._awaits`);
-they are delivered from its thread (:meth:`Waiters._take_outcomes`), with no read
-and no wake-up of this one. A finished task wakes its waiters: threads through an
-event, coroutines through their event loop, one call per loop and read. A
-coroutine's wait is a bare future (:class:`WaitingFuture`): no coroutine, Task or
-timer of its own.
+of waiters just arrived, and each wait again once :data:`FALLBACK` seconds have
+passed since it last read it, whatever it hears (:class:`Rereads`: a watcher that
+failed or a lost notification delays a result by at most that). SQLite's watcher
+reads the outcomes itself, in the statement of its look at the history's lines
+written since the last (after a commit seen through inotify or ``data_version``),
+for the tasks this process waits on (those in ``Waiters._waiting``); they are
+delivered from its thread (:meth:`Waiters._take_outcomes`), with no read and no
+wake-up of this one. A finished task wakes its waiters: threads through an event,
+coroutines through their event loop, one call per loop and read. A coroutine's wait
+is a bare future (:class:`WaitingFuture`): no coroutine, Task or timer of its own.
 
 Results that stream in are read in batches: after a read that delivered some while
 other handles still wait, the watcher keeps what finishes next to itself for
@@ -50,8 +50,8 @@ from durablesched.store.protocol import FinishWatcher, Outcomes, Store
 
 log = logging.getLogger("durablesched.waiting")
 
-#: Seconds between reads of every awaited task, whatever the watcher says: the bound on
-#: a lost wake-up.
+#: Seconds after the waiting thread read an awaited task that it reads it again, whatever
+#: the watcher says: the bound on a lost wake-up.
 FALLBACK = 1.0
 #: Seconds before reading again after a read failed (the database went away).
 RETRY_AFTER = 0.1
@@ -226,6 +226,41 @@ class Deadlines:
         heapq.heapify(self._rest)
 
 
+class Rereads:
+    """When each wait is read again whatever the watcher says: ``every`` seconds after the
+    waiting thread last read it (its reads, oldest first, with the tasks each read). A
+    wait is not read again just because another began long before it: the waits of a
+    drain that ends within ``every`` of their first read are read once."""
+
+    __slots__ = ("_every", "_reads")
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._reads: deque[tuple[float, set[int]]] = deque()
+
+    def read(self, at: float, task_ids: set[int], *, every_wait: bool = False) -> None:
+        """The waiting thread read ``task_ids`` at ``at`` (``every_wait``: they are all
+        the waits, so no earlier read is still due)."""
+        if every_wait:
+            self._reads.clear()
+        if task_ids:
+            self._reads.append((at, task_ids))
+
+    def next(self) -> float:
+        """When the next wait is due to be read again; ``math.inf`` with none."""
+        reads = self._reads
+        return reads[0][0] + self._every if reads else math.inf
+
+    def due(self, now: float, waiting: Mapping[int, object]) -> set[int]:
+        """Take out the waits due to be read again at ``now``: those read ``every``
+        seconds ago or more that are still ``waiting``."""
+        due: set[int] = set()
+        reads, until = self._reads, now - self._every
+        while reads and reads[0][0] <= until:
+            due |= reads.popleft()[1] & waiting.keys()
+        return due
+
+
 class Waiters:
     """The tasks this scheduler's handles wait on, and the one thread that watches them.
 
@@ -257,6 +292,8 @@ class Waiters:
         self._streamed_at: float | None = None
         self._streamed_for = 0.0
         self._lock = threading.Lock()
+        #: The waits by task. One dict for the object's life: the watcher holds its
+        #: ``__contains__`` (:meth:`_start`).
         self._waiting: dict[int, list[AnyWaiter]] = {}
         #: Ids registered since the last read: read at once.
         self._fresh: set[int] = set()
@@ -357,16 +394,15 @@ class Waiters:
     def _start(self) -> None:
         watcher = self._store.watch_finished()
         if watcher is not None:
-            watcher.start(self._on_finished, self._awaits)
+            # Asked from the watcher's thread, without the lock, for each task it sees
+            # finish: the dict's own method, no Python call. A wait registered just
+            # after is read at once anyway (:attr:`_fresh`); one ended just before
+            # drops what is delivered to it. (So ``_waiting`` stays this dict: closing
+            # empties it.)
+            watcher.start(self._on_finished, self._waiting.__contains__)
         self._watcher = watcher
         self._thread = threading.Thread(target=self._run, name="durablesched-wait", daemon=True)
         self._thread.start()
-
-    def _awaits(self, task_id: int) -> bool:
-        """From the watcher's thread, without the lock (one dict lookup): whether
-        ``task_id`` is waited on. A wait registered just after is read at once anyway
-        (:attr:`_fresh`); one ended just before drops what is delivered to it."""
-        return task_id in self._waiting
 
     def _on_finished(self, task_ids: Collection[int] | None) -> bool | float:
         """From the watcher's thread: these tasks finished (None: some may have). Answers
@@ -402,31 +438,32 @@ class Waiters:
             return self._spread(delivered, spent)
 
     def _run(self) -> None:
-        next_fallback = time.monotonic() + self._fallback
+        rereads = Rereads(self._fallback)
         while True:
             with self._lock:
                 if self._closed:
                     return
                 until = min(
-                    next_fallback,
+                    rereads.next(),
                     self._deadlines.first(),
                     math.inf if self._batch_ends is None else self._batch_ends,
                 )
             self._wake.wait(max(0.0, until - time.monotonic()))
             self._wake.clear()
             now = time.monotonic()
-            fallback = now >= next_fallback
             with self._lock:
                 if self._closed:
                     return
-                if fallback or self._heard is None:
+                heard = self._heard
+                every_wait = heard is None
+                if heard is None:
                     wanted = set(self._waiting)
                 else:
-                    wanted = self._fresh | (self._heard & self._waiting.keys())
+                    wanted = self._fresh | (heard & self._waiting.keys())
+                    wanted |= rereads.due(now, self._waiting)
                 self._fresh = set()
                 self._heard = set()
-            if fallback:
-                next_fallback = now + self._fallback
+            rereads.read(now, wanted, every_wait=every_wait)
             delivered, cpu = 0, self._cpu_clock()
             if wanted:
                 try:
@@ -558,7 +595,8 @@ class Waiters:
             self._closed = True
             thread, self._thread = self._thread, None
             watcher, self._watcher = self._watcher, None
-            waiting, self._waiting = self._waiting, {}
+            waiting = dict(self._waiting)
+            self._waiting.clear()
             self._deadlines = Deadlines()
         by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
         for waiters in waiting.values():

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worker
-from durablesched.records import ErrorInfo, NewTask
+from durablesched.records import ErrorInfo, Finished, NewTask
 from durablesched.states import TaskState
 from durablesched.store.protocol import Outcomes
 from durablesched.store.sql import inotify as inotify_module
@@ -569,31 +569,42 @@ def test_finished_lines_read_the_outcomes_of_awaited_tasks_only(tmp_path: Path) 
     """Started with ``awaited`` (by waiting handles), SQLite's finish watcher reads with its
     look the outcomes of the tasks that finished and are waited on, and reports those
     alone: not a task nobody here waits on, nor one whose row is no longer finished
-    (requeued since its finishing line). The handles then read nothing themselves."""
+    (requeued since its finishing line); each as ``Store.finished`` reads it, but for
+    ``finished_at``: succeeded, failed, cancelled, or gone (None). The handles then read
+    nothing themselves."""
     store = SQLiteStore(tmp_path / "jobs.db")
     other = SQLiteStore(tmp_path / "jobs.db")
     lines = store.watch_finished()  # not started: each look made here, in turn
+    lease = timedelta(seconds=30)
     try:
-        ids = [t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 4, T0)]
-        awaited, _unawaited, cancelled, requeued = ids
-        waiting = Waiting({awaited, cancelled, requeued})
+        ids = [t.task_id for t in other.submit([NewTask("t", {}, T0, 1)] * 6, T0)]
+        awaited, _unawaited, cancelled, requeued, failed, gone = ids
+        waiting = Waiting({awaited, cancelled, requeued, failed, gone})
         lines._read_outcomes(waiting)
-        for claim in other.claim("w", 2, T0, timedelta(seconds=30)):
+        for claim in other.claim("w", 2, T0, lease):
             other.complete(claim, {"x": claim.task_id}, T0)
         other.request_cancel(cancelled, T0)
-        (claim,) = other.claim("w", 1, T0, timedelta(seconds=30))
-        assert claim.task_id == requeued
-        other.fail(claim, ErrorInfo("builtins.ValueError", "no", ""), None, T0)
+        for claim in other.claim("w", 3, T0, lease):
+            other.fail(claim, ErrorInfo("builtins.ValueError", f"no {claim.task_id}", ""), None, T0)
         other.requeue(requeued, T0)  # its FAILED line stays; its row is PENDING again
+        raw = sqlite3.connect(tmp_path / "jobs.db")  # the row gone, its lines left
+        with raw:
+            raw.execute("DELETE FROM tasks WHERE id = ?", (gone,))
+        raw.close()
+        expected = store.finished({awaited, cancelled, failed, gone})
         found = lines._finished_since()
         assert isinstance(found, Outcomes)
-        assert set(found) == {awaited, cancelled}
-        done, stopped = found[awaited], found[cancelled]
+        assert found == {i: f and f._replace(finished_at=None) for i, f in expected.items()}
+        assert all(type(f) is Finished for f in found.values() if f is not None)
+        done, stopped, lost = found[awaited], found[cancelled], found[failed]
         assert done is not None and (done.state, done.result) == (
             TaskState.SUCCEEDED,
             {"x": awaited},
         )
         assert stopped is not None and stopped.state is TaskState.CANCELLED
+        assert lost is not None and lost.state is TaskState.FAILED
+        assert lost.last_error is not None and lost.last_error.message == f"no {failed}"
+        assert found[gone] is None
         assert done.finished_at is None  # not read: no wait's outcome holds it
         assert found.cost > 0  # what the look cost: the next batch is spread by it
         assert lines._finished_since() == {}  # nothing written since

@@ -1,7 +1,7 @@
 """The waiting thread that every handle of a scheduler shares (durablesched/waiting.py):
-results that stream in are read in batches, the fallback read covers every wait
-whatever the watcher says, a future's deadline, cancellation and the scheduler's close
-each end its wait.
+results that stream in are read in batches, the fallback reads every wait again
+whatever the watcher says (a fallback after its own last read), a future's deadline,
+cancellation and the scheduler's close each end its wait.
 
 Against a store and a watcher made here, driven by the test: no database, no sleeps
 (waits are on events, bounded by WAIT)."""
@@ -378,6 +378,31 @@ def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
         stop.set()
         thread.join(WAIT)
         waiters.close()
+
+
+def test_a_wait_is_read_again_a_fallback_after_its_own_last_read() -> None:
+    """Each wait is read again once the fallback has passed since it was last read, not
+    at a tick shared by all: a wait that began just before another's fallback is not
+    read then (a drain shorter than the fallback is read once), and a wait no longer
+    waited on is not read at all."""
+    rereads = waiting.Rereads(1.0)
+    assert rereads.next() == math.inf
+    rereads.read(0.0, {1, 2})
+    rereads.read(0.6, {3})
+    rereads.read(0.7, set())  # a read of nothing (deadlines only): nothing to read again
+    still = {1: None, 3: None}  # task 2 was delivered
+    assert rereads.next() == 1.0
+    assert rereads.due(0.99, still) == set()
+    assert rereads.due(1.0, still) == {1}  # not 3, read 0.4 s ago
+    assert rereads.next() == 1.6
+    rereads.read(1.0, {1})
+    assert rereads.due(1.59, still) == set()
+    assert rereads.due(1.6, still) == {3}
+    rereads.read(1.6, {3})
+    rereads.read(1.7, {1, 3}, every_wait=True)  # every wait read: earlier reads are not due
+    assert rereads.next() == 2.7
+    assert rereads.due(2.7, {}) == set()  # nothing waits any more
+    assert rereads.next() == math.inf
 
 
 def test_a_deadline_expires_only_the_waits_still_pending() -> None:

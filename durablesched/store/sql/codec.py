@@ -109,12 +109,11 @@ _STATES = {state.value: state for state in TaskState}
 def finished_outcomes(rows: Sequence[Sequence[Any]]) -> dict[int, Finished | None]:
     """Rows of ``SQLDialect.finished_outcomes`` (``id, name, state, attempts, result,
     last_error, finished_at``, from the driver; ``state`` NULL: no such task) as
-    :class:`Finished` by id. The results are decoded in one ``json.loads`` of them all
-    (each a complete JSON value as stored), a seventh of the cost of one per row."""
+    :class:`Finished` by id, the results decoded together (:func:`decode_all`)."""
     texts = [r[4] for r in rows if r[4] is not None]
-    results = iter(_decode_all(texts))
+    results = iter(decode_all(texts))
     found: dict[int, Finished | None] = {}
-    states, new, decoded = _STATES, _new_tuple, next
+    states, new, decoded = _STATES, new_tuple, next
     for row_id, name, state, attempts, result, error, finished_at in rows:
         task_id = int(row_id)
         # The tuple made directly: Finished's own __new__ is a Python function, and
@@ -139,10 +138,12 @@ def finished_outcomes(rows: Sequence[Sequence[Any]]) -> dict[int, Finished | Non
 
 
 #: Makes a named tuple of all its fields without its Python-level ``__new__``.
-_new_tuple = tuple.__new__
+new_tuple = tuple.__new__
 
 
-def _decode_all(texts: list[str]) -> list[Any]:
+def decode_all(texts: list[str]) -> list[Any]:
+    """Stored JSON values (each complete as stored), decoded in one ``json.loads`` of
+    them all: a seventh of the cost of one per value."""
     if not texts:
         return []
     if len(texts) == 1:

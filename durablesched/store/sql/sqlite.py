@@ -32,11 +32,12 @@ from durablesched.errors import (
     SchemaError,
     StoreError,
 )
-from durablesched.records import Finding
+from durablesched.records import Finding, Finished
+from durablesched.states import TERMINAL
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
 from durablesched.store.protocol import Awaited, OnChange, OnFinished, Outcomes, quiet_for
-from durablesched.store.sql.codec import finished_outcomes, to_db_time
+from durablesched.store.sql.codec import decode_all, error_from_json, new_tuple, to_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in
 from durablesched.store.sql.inotify import watch_directory
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, STATE_CREATED_SQL, TERMINAL_SQL
@@ -504,31 +505,66 @@ class SQLiteStore(SQLStore):
 NEWEST_LINE = "SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1"
 #: The history's lines since line ``?`` (one statement, so one snapshot): the newest
 #: line and its task (kind 0), line ``?`` itself and its task if it is still there (1),
-#: and the tasks that finished on the lines after it (2), through the primary key.
+#: and the tasks that finished on the lines after it (2 and more, the task's id second),
+#: through the primary key.
 LOOK = (
     "SELECT 0, id, task_id FROM "
     "(SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1) "
     "UNION ALL SELECT 1, id, task_id FROM task_events WHERE id = ? "
-    f"UNION ALL SELECT 2, id, task_id FROM task_events WHERE id > ? AND {TERMINAL_SQL}"
+    f"UNION ALL SELECT 2, task_id, NULL FROM task_events WHERE id > ? AND {TERMINAL_SQL}"
 )
 #: The function :data:`LOOK_OUTCOMES` asks whether a task is waited on (in this process).
 AWAITED_FUNCTION = "durablesched_awaited"
+#: The kind of :data:`LOOK_OUTCOMES`'s row of a finished task, by its state: a number
+#: read, where the state's text would be a string made per result.
+FINISHED_KINDS = {state: 2 + i for i, state in enumerate(sorted(TERMINAL))}
+#: The kind of its row of a task no longer there (deleted since it finished).
+GONE_KIND = 2 + len(TERMINAL)
+_KIND = " ".join(f"WHEN '{state.value}' THEN {kind}" for state, kind in FINISHED_KINDS.items())
 #: :data:`LOOK`, reading as well the outcomes of the tasks that finished and are waited
-#: on (kind 2: their ``Store.finished`` columns but ``finished_at``, which no wait's
-#: outcome holds and whose parsing was half of the rows' decoding; the task's own row
-#: no longer finished, retried since, is left out), so that a batch of results costs
-#: one statement: the history's lines are the outer loop, a task's row is read only for
-#: an awaited task.
+#: on: ``kind, id, result, name, attempts, last_error`` (the kind says the state:
+#: :data:`FINISHED_KINDS`; the task's own row no longer finished, retried since, is left
+#: out; ``finished_at``, which no wait's outcome holds, is not read), so that a batch of
+#: results costs one statement: the history's lines are the outer loop, a task's row is
+#: read only for an awaited task. Six columns, no text but what a result needs: making
+#: a row's values was most of the statement's cost.
 LOOK_OUTCOMES = (
-    "SELECT 0, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL FROM "
+    "SELECT 0, id, task_id, NULL, NULL, NULL FROM "
     "(SELECT id, task_id FROM task_events ORDER BY id DESC LIMIT 1) "
-    "UNION ALL SELECT 1, id, task_id, NULL, NULL, NULL, NULL, NULL, NULL "
-    "FROM task_events WHERE id = ? "
-    "UNION ALL SELECT 2, e.id, e.task_id, t.name, t.state, t.attempts, t.result, "
-    "t.last_error, NULL FROM task_events AS e LEFT JOIN tasks AS t ON t.id = e.task_id "
+    "UNION ALL SELECT 1, id, task_id, NULL, NULL, NULL FROM task_events WHERE id = ? "
+    f"UNION ALL SELECT CASE t.state {_KIND} ELSE {GONE_KIND} END, e.task_id, t.result, "
+    "t.name, t.attempts, t.last_error "
+    "FROM task_events AS e LEFT JOIN tasks AS t ON t.id = e.task_id "
     f"WHERE e.id > ? AND e.{TERMINAL_SQL} AND {AWAITED_FUNCTION}(e.task_id) "
     f"AND (t.id IS NULL OR t.{TERMINAL_SQL})"
 )
+_STATE_OF_KIND = {kind: state for state, kind in FINISHED_KINDS.items()}
+
+
+def looked_outcomes(rows: list[Any]) -> dict[int, Finished | None]:
+    """The rows of finished tasks of a look (:data:`LOOK_OUTCOMES`) as :class:`Finished`
+    by id (``finished_at`` None); the results decoded in one ``json.loads``."""
+    results = iter(decode_all([r[2] for r in rows if r[2] is not None]))
+    found: dict[int, Finished | None] = {}
+    states, new, decoded = _STATE_OF_KIND, new_tuple, next
+    for kind, task_id, result, name, attempts, error in rows:
+        found[task_id] = (
+            None
+            if kind == GONE_KIND
+            else new(
+                Finished,
+                (
+                    task_id,
+                    name,
+                    states[kind],
+                    attempts,
+                    None if result is None else decoded(results),
+                    None if error is None else error_from_json(error),
+                    None,
+                ),
+            )
+        )
+    return found
 
 
 class FinishedLines:
@@ -606,11 +642,11 @@ class FinishedLines:
             cursor.close()
         newest: tuple[int, int | None] = (0, None)
         kept = not last  # the line the last look ended at is still there, unchanged
-        finished = []  # (task, name, state, ...): Store.finished's columns (or fewer)
+        finished = []  # kind, task, then the outcome's columns when reading them
         for row in rows:
             kind = row[0]
-            if kind == 2:
-                finished.append(row[2:])
+            if kind >= 2:
+                finished.append(row)
             elif kind == 0:
                 newest = (row[1], row[2])
             else:
@@ -621,9 +657,9 @@ class FinishedLines:
             return True
         if found is not None and finished:
             if outcomes is None:
-                found.update(row[0] for row in finished)
+                found.update(row[1] for row in finished)
             else:
-                read = finished_outcomes(finished)
+                read = looked_outcomes(finished)
                 found.update(read)
                 outcomes.update(read)
         if outcomes is not None:
