@@ -83,7 +83,8 @@ class TaskHandle(Generic[R]):
         ``RuntimeError`` if the scheduler is closed meanwhile.
         Refused inside a running task (:class:`WaitInTaskError`).
         """
-        _refuse_in_task(self)
+        if RUNNING_TASK.get():
+            raise _refused(self)
         task = self._owner.get(self.id)  # TaskNotFoundError if no task has the id
         record: Finished | None = Finished.of(task)
         if task.state not in TERMINAL:
@@ -112,9 +113,11 @@ class TaskHandle(Generic[R]):
         costs what gathering a thousand futures does. Await it, gather it, or pass it
         to ``asyncio.wait_for``; cancelling it (or the code awaiting it) stops the wait.
         """
-        _refuse_in_task(self)
+        if RUNNING_TASK.get():  # (inline, as below: made once per handle awaited)
+            raise _refused(self)
+        task_id = self.id if self._id is None else self._id
         future: asyncio.Future[R] = self._owner.waiters.future(
-            self.id, asyncio.get_running_loop(), timeout
+            task_id, asyncio.get_running_loop(), timeout
         )
         return future
 
@@ -148,11 +151,11 @@ class TaskHandle(Generic[R]):
         return f"<TaskHandle {task}{name}>"
 
 
-def _refuse_in_task(handle: TaskHandle[Any]) -> None:
-    if RUNNING_TASK.get():
-        raise WaitInTaskError(
-            f"waiting on {handle!r} inside a running task is refused: the waiting "
-            "task would hold its worker slot, and a worker whose every slot waits on "
-            "tasks that need a slot never finishes. Submit a follow-up task instead "
-            '(docs/api.md, "Handles")'
-        )
+def _refused(handle: TaskHandle[Any]) -> WaitInTaskError:
+    """What waiting on ``handle`` inside a running task raises."""
+    return WaitInTaskError(
+        f"waiting on {handle!r} inside a running task is refused: the waiting "
+        "task would hold its worker slot, and a worker whose every slot waits on "
+        "tasks that need a slot never finishes. Submit a follow-up task instead "
+        '(docs/api.md, "Handles")'
+    )

@@ -601,6 +601,7 @@ class FinishedLines:
     ) -> None:
         self._conn = engine.raw_connection()
         #: What the looks since the last report found finished; None: any may have.
+        #: (Reading outcomes: they are in :attr:`_outcomes`, and this stays empty.)
         self._found: set[int] | None = set()
         #: ``data_version`` read just before the last look that succeeded (None: look
         #: whatever it says): while it is the same, nothing was committed to look at.
@@ -658,10 +659,8 @@ class FinishedLines:
         if found is not None and finished:
             if outcomes is None:
                 found.update(row[1] for row in finished)
-            else:
-                read = looked_outcomes(finished)
-                found.update(read)
-                outcomes.update(read)
+            else:  # found are the outcomes; ``found`` (not None) says none was missed
+                outcomes.update(looked_outcomes(finished))
         if outcomes is not None:
             outcomes.cost += time.thread_time() - cpu
         return newest[0] != last
