@@ -243,6 +243,28 @@ def test_outcomes_the_watcher_read_are_delivered_from_its_thread_with_no_read(
         waiters.close()
 
 
+def test_the_watcher_is_told_which_tasks_are_waited_on_while_they_are() -> None:
+    """What the watcher asks for each task it sees finish (SQLite's look reads only
+    those outcomes) answers for the waits of now: one begun after others ended, one
+    ended, and none once the scheduler closed."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    first, second = Waiter(), Waiter()
+    try:
+        waiters.add(1, first)
+        awaited = store.watcher.awaited
+        assert awaited is not None and awaited(1) and not awaited(2)
+        outcomes = Outcomes()
+        outcomes[1] = Finished(1, "t", TaskState.SUCCEEDED, 1, 10, None, None)
+        store.watcher.report(outcomes)
+        assert delivered(first) == 10 and not awaited(1)
+        waiters.add(2, second)
+        assert awaited(2)
+    finally:
+        waiters.close()
+    assert not awaited(2)
+
+
 def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finished() -> None:
     """The batch a delivering read begins lasts no longer than the waits left take at
     the rate of that read and the one before: a drain's last results are not held for
