@@ -6,17 +6,20 @@
   drains their N tasks: every result arrives; target < 0.05 cores. As measured: a
   worker process (8 slots) is started and has run one task (so that its start-up is
   not counted, and this process's waiting thread and watcher run, as in a server);
-  then the N tasks are enqueued in one batch, and the wait is timed from the first
-  ``aresult`` to the last result: ``cores`` is this process's CPU time (every
-  thread: the event loop, the waiting thread, the watcher) over that wall time, the
-  drain's (the worker's CPU, in its own process, is not counted). ``cores_to_commit``
-  divides the same CPU by the time to the last task's committed end instead (its
-  ``finished_at``), so that results handed over late cannot lower the figure by
-  lengthening the wall; ``late_ms`` is how much later the last result arrived. The run also
-  gathers N bare asyncio futures, resolved from a thread in batches of 50, in
-  ``asyncio_cpu_s``: what any asyncio code pays to gather N futures (``aresult``
-  hands out a future), and the same with a coroutine (so a Task) around each in
-  ``asyncio_tasks_cpu_s``: what gathering N coroutine functions' calls costs.
+  then, five times over (``--drains``), the N tasks are enqueued in one batch, and the
+  wait is timed from the first ``aresult`` to the last result: ``cores`` is this
+  process's CPU time (every thread: the event loop, the waiting thread, the watcher)
+  over that wall time, the drain's (the worker's CPU, in its own process, is not
+  counted). ``cores_to_commit`` divides the same CPU by the time to the last task's
+  committed end instead (its ``finished_at``), so that results handed over late
+  cannot lower the figure by lengthening the wall; ``late_ms`` is how much later the
+  last result arrived. Each figure is the median of the drains;
+  ``cores_to_commit_range``, ``cpu_us_per_result_range`` and ``wall_s_range`` are
+  their lowest and highest. The run also gathers N bare asyncio futures, resolved
+  from a thread in batches of 50, in ``asyncio_cpu_s``: what any asyncio code pays to
+  gather N futures (``aresult`` hands out a future), and the same with a coroutine
+  (so a Task) around each in ``asyncio_tasks_cpu_s``: what gathering N coroutine
+  functions' calls costs.
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
   one after the other, seven rounds, every other round the other side first; the
@@ -26,7 +29,7 @@
   processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
   client's, so the typed call's few objects weigh more there).
 
-    python -m benchmarks.handles [--pg URL] [--tasks N] [--out FILE]
+    python -m benchmarks.handles [--pg URL] [--tasks N] [--drains N] [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -59,6 +62,9 @@ def add(a: int, b: int = 0) -> int:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Drains of ``many`` (each figure their median): one drain's figure swings with the
+#: machine by a tenth or more.
+DRAINS = 5
 
 
 def wakeup(db: str, rounds: int) -> dict[str, float]:
@@ -97,8 +103,10 @@ def wakeup(db: str, rounds: int) -> dict[str, float]:
     }
 
 
-def many(db: str, tasks: int) -> dict[str, float]:
-    """``tasks`` handles awaited at once while a worker process drains their tasks."""
+def many(db: str, tasks: int, drains: int = DRAINS) -> dict[str, Any]:
+    """``tasks`` handles awaited at once while a worker process drains their tasks,
+    ``drains`` times over (one worker, one scheduler, as in a server): each figure is
+    the median of the drains, with the range of the main ones (``..._range``)."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     worker = subprocess.Popen(  # noqa: S603 - our own worker, fixed arguments
@@ -115,33 +123,39 @@ def many(db: str, tasks: int) -> dict[str, float]:
         results = await asyncio.gather(*(h.aresult(timeout=300) for h in handles))
         return results, time.perf_counter() - wall, time.process_time() - cpu, began
 
-    try:
-        assert scheduler.enqueue(add, 0).result(timeout=120) == 0  # the worker is up
+    def drain() -> dict[str, float]:
         handles = scheduler.enqueue_many([add.bind(i) for i in range(tasks)])
         reads = scheduler.waiters.reads
         results, wall, cpu, began = asyncio.run(wait_all(handles))
         reads = scheduler.waiters.reads - reads
+        assert results == list(range(tasks)), "a result is missing or wrong"
         ended = max(h.record().finished_at or datetime.min for h in handles)
         to_commit = ended.timestamp() - began
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "cores": cpu / wall,
+            "cores_to_commit": cpu / to_commit,
+            "late_ms": (wall - to_commit) * 1e3,
+            "reads": reads,
+            "cpu_us_per_result": cpu / tasks * 1e6,
+        }
+
+    try:
+        assert scheduler.enqueue(add, 0).result(timeout=120) == 0  # the worker is up
+        each = [drain() for _ in range(drains)]
     finally:
         worker.terminate()
         worker.wait(30)
         scheduler.close()
         store.close()
-    assert results == list(range(tasks)), "a result is missing or wrong"
-    floor = asyncio.run(bare_futures(tasks))
-    tasks_floor = asyncio.run(bare_futures(tasks, wrapped=True))
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "cores": cpu / wall,
-        "cores_to_commit": cpu / to_commit,
-        "late_ms": (wall - to_commit) * 1e3,
-        "reads": reads,
-        "cpu_us_per_result": cpu / tasks * 1e6,
-        "asyncio_cpu_s": floor,
-        "asyncio_tasks_cpu_s": tasks_floor,
-    }
+    figures: dict[str, Any] = {key: statistics.median(d[key] for d in each) for key in each[0]}
+    for key in ("cores_to_commit", "cpu_us_per_result", "wall_s"):
+        figures[f"{key}_range"] = [min(d[key] for d in each), max(d[key] for d in each)]
+    figures["drains"] = drains
+    figures["asyncio_cpu_s"] = asyncio.run(bare_futures(tasks))
+    figures["asyncio_tasks_cpu_s"] = asyncio.run(bare_futures(tasks, wrapped=True))
+    return figures
 
 
 async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) -> float:
@@ -228,11 +242,11 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
     return figures
 
 
-def run(databases: dict[str, str], tasks: int, rounds: int) -> dict[str, Any]:
+def run(databases: dict[str, str], tasks: int, rounds: int, drains: int = DRAINS) -> dict[str, Any]:
     return {
         name: {
             "wakeup": wakeup(db, rounds),
-            "many": many(db, tasks),
+            "many": many(db, tasks, drains),
             "enqueue": enqueue_cost(db, tasks),
         }
         for name, db in databases.items()
@@ -244,13 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", help="a PostgreSQL URL (an empty database) to measure too")
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--drains", type=int, default=DRAINS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         databases = {"sqlite": str(Path(tmp) / "handles.db")}
         if args.pg:
             databases["postgres"] = args.pg
-        figures = run(databases, args.tasks, args.rounds)
+        figures = run(databases, args.tasks, args.rounds, args.drains)
     text = json.dumps(figures, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -9,9 +9,12 @@ from benchmarks import handles
 
 
 def test_the_handles_benchmark_runs(tmp_path: Path) -> None:
-    figures = handles.run({"sqlite": str(tmp_path / "h.db")}, tasks=40, rounds=5)
+    figures = handles.run({"sqlite": str(tmp_path / "h.db")}, tasks=40, rounds=5, drains=2)
     sqlite = figures["sqlite"]
     assert set(sqlite) == {"wakeup", "many", "enqueue"}
     assert sqlite["wakeup"]["p50_ms"] > 0
-    assert sqlite["many"]["cores"] >= 0 and sqlite["many"]["reads"] >= 1
+    many = sqlite["many"]
+    assert many["cores"] >= 0 and many["reads"] >= 1 and many["drains"] == 2
+    low, high = many["cores_to_commit_range"]
+    assert low <= many["cores_to_commit"] <= high
     assert {"single_ratio", "batch_ratio"} <= set(sqlite["enqueue"])
