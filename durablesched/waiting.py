@@ -4,9 +4,10 @@ Every :class:`~durablesched.TaskHandle` of a scheduler that waits registers here
 One thread reads, in one query, the outcomes of the awaited tasks that the store's
 :class:`~durablesched.store.protocol.FinishWatcher` says finished (PostgreSQL: a
 NOTIFY naming the tasks its transaction finished; memory: the store itself), those
-of waiters just arrived, and each wait again once :data:`FALLBACK` seconds have
-passed since it last read it, whatever it hears (:class:`Rereads`: a watcher that
-failed or a lost notification delays a result by at most that). SQLite's watcher
+of waiters just arrived, and each wait again at most :data:`FALLBACK` seconds
+after it last read it (and no sooner than half that), whatever it hears
+(:class:`Rereads`: a watcher that failed or a lost notification delays a result by
+at most that). SQLite's watcher
 reads the outcomes itself, in the statement of its look at the history's lines
 written since the last (after a commit seen through inotify or ``data_version``),
 for the tasks this process waits on (those in ``Waiters._waiting``); they are
@@ -50,8 +51,8 @@ from durablesched.store.protocol import FinishWatcher, Outcomes, Store
 
 log = logging.getLogger("durablesched.waiting")
 
-#: Seconds after the waiting thread read an awaited task that it reads it again, whatever
-#: the watcher says: the bound on a lost wake-up.
+#: The most seconds after the waiting thread read an awaited task that it reads it
+#: again, whatever the watcher says (:class:`Rereads`): the bound on a lost wake-up.
 FALLBACK = 1.0
 #: Seconds before reading again after a read failed (the database went away).
 RETRY_AFTER = 0.1
@@ -227,10 +228,14 @@ class Deadlines:
 
 
 class Rereads:
-    """When each wait is read again whatever the watcher says: ``every`` seconds after the
-    waiting thread last read it (its reads, oldest first, with the tasks each read). A
-    wait is not read again just because another began long before it: the waits of a
-    drain that ends within ``every`` of their first read are read once."""
+    """When each wait is read again whatever the watcher says: once the waiting thread's
+    oldest read of a wait still waiting is ``every`` seconds old, every wait it last read
+    at least ``every / 2`` seconds ago, in one read (its reads, oldest first, with the
+    tasks each read). So no wait goes longer than ``every`` without a read, waits that
+    began at scattered times are read again together (one read per ``every / 2`` at the
+    most, not one per wait), and the waits of a drain that ends within ``every / 2`` of
+    their first read are read once (a tick shared by all read them again whenever it
+    fell in the drain)."""
 
     __slots__ = ("_every", "_reads")
 
@@ -252,12 +257,15 @@ class Rereads:
         return reads[0][0] + self._every if reads else math.inf
 
     def due(self, now: float, waiting: Mapping[int, object]) -> set[int]:
-        """Take out the waits due to be read again at ``now``: those read ``every``
-        seconds ago or more that are still ``waiting``."""
+        """Take out the waits due to be read again at ``now``, those still ``waiting``:
+        none before the oldest read is ``every`` seconds old, then every one read at
+        least ``every / 2`` seconds ago."""
         due: set[int] = set()
-        reads, until = self._reads, now - self._every
-        while reads and reads[0][0] <= until:
-            due |= reads.popleft()[1] & waiting.keys()
+        reads = self._reads
+        if reads and reads[0][0] <= now - self._every:
+            until = now - self._every / 2
+            while reads and reads[0][0] <= until:
+                due |= reads.popleft()[1] & waiting.keys()
         return due
 
 

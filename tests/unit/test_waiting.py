@@ -403,25 +403,28 @@ def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
 
 
 def test_a_wait_is_read_again_a_fallback_after_its_own_last_read() -> None:
-    """Each wait is read again once the fallback has passed since it was last read, not
-    at a tick shared by all: a wait that began just before another's fallback is not
-    read then (a drain shorter than the fallback is read once), and a wait no longer
-    waited on is not read at all."""
+    """Each wait is read again within the fallback of its own last read, not at a tick
+    shared by all: a wait read under half the fallback ago is not read then (a drain
+    shorter than that is read once); the waits read at least half of it ago are read
+    with the one due (waits begun at scattered times share a read, not one each); a
+    wait no longer waited on is not read at all."""
     rereads = waiting.Rereads(1.0)
     assert rereads.next() == math.inf
     rereads.read(0.0, {1, 2})
     rereads.read(0.6, {3})
     rereads.read(0.7, set())  # a read of nothing (deadlines only): nothing to read again
-    still = {1: None, 3: None}  # task 2 was delivered
+    still = {1: None, 3: None, 4: None}  # task 2 was delivered
     assert rereads.next() == 1.0
     assert rereads.due(0.99, still) == set()
     assert rereads.due(1.0, still) == {1}  # not 3, read 0.4 s ago
     assert rereads.next() == 1.6
     rereads.read(1.0, {1})
-    assert rereads.due(1.59, still) == set()
-    assert rereads.due(1.6, still) == {3}
-    rereads.read(1.6, {3})
-    rereads.read(1.7, {1, 3}, every_wait=True)  # every wait read: earlier reads are not due
+    rereads.read(1.3, {4})
+    assert rereads.due(1.59, still) == set()  # 1, read 0.59 s ago, waits for 3's turn
+    assert rereads.due(1.6, still) == {1, 3}  # 1 with 3; not 4, read 0.3 s ago
+    assert rereads.next() == 2.3
+    rereads.read(1.6, {1, 3})
+    rereads.read(1.7, {1, 3, 4}, every_wait=True)  # every wait read: none earlier is due
     assert rereads.next() == 2.7
     assert rereads.due(2.7, {}) == set()  # nothing waits any more
     assert rereads.next() == math.inf
