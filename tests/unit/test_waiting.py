@@ -1,6 +1,6 @@
 """The waiting thread that every handle of a scheduler shares (durablesched/waiting.py):
 results that stream in are read in batches, the fallback reads every wait again
-whatever the watcher says (a fallback after its own last read), a future's deadline,
+whatever the watcher says (within a fallback of its own last read), a future's deadline,
 cancellation and the scheduler's close each end its wait.
 
 Against a store and a watcher made here, driven by the test: no database, no sleeps
@@ -402,7 +402,7 @@ def test_the_fallback_reads_every_wait_whatever_the_watcher_says() -> None:
         waiters.close()
 
 
-def test_a_wait_is_read_again_a_fallback_after_its_own_last_read() -> None:
+def test_a_wait_is_read_again_within_a_fallback_of_its_own_last_read() -> None:
     """Each wait is read again within the fallback of its own last read, not at a tick
     shared by all: a wait read under half the fallback ago is not read then (a drain
     shorter than that is read once); the waits read at least half of it ago are read
