@@ -14,7 +14,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pytest
@@ -118,6 +118,27 @@ def report_at(store: Store, now: list[float], at: float, *task_ids: int) -> bool
     for task_id in task_ids:
         outcomes[task_id] = Finished(task_id, "t", TaskState.SUCCEEDED, 1, 1, None, None)
     return store.watcher.report(outcomes)
+
+
+def streaming(
+    batch: float, count: int
+) -> tuple[Store, Waiters, Callable[..., bool | float | None]]:
+    """A store, its :func:`clocked` waiters with threads waiting on tasks ``1 .. count``
+    (their first read made), and :func:`report_at` on the waiters' clock."""
+    now = [0.0]
+    store = Store()
+    waiters = clocked(store, batch, now)
+    threads_wait(store, waiters, set(range(1, count + 1)))
+    return store, waiters, functools.partial(report_at, store, now)
+
+
+def threads_wait(store: Store, waiters: Waiters, task_ids: set[int]) -> None:
+    """A thread's wait on each of ``task_ids``, their first read made (:func:`settled`),
+    the store's earlier reads forgotten."""
+    store.reads.clear()
+    for task_id in task_ids:
+        waiters.add(task_id, Waiter())
+    settled(store, task_ids)
 
 
 def test_results_streaming_in_are_read_in_batches() -> None:
@@ -270,25 +291,15 @@ def test_a_stream_s_batch_ends_when_its_rate_says_the_waits_left_will_have_finis
     the rate of that read and the one before: a drain's last results are not held for
     a whole batch after their commits. A stream's first read has no rate (the batch
     asked for), and neither has the first read of the next stream (after nobody waited)."""
-    now = [0.0]
-    store = Store()
-    waiters = clocked(store, 0.05, now)
-    report = functools.partial(report_at, store, now)
-
+    store, waiters, report = streaming(0.05, 12)
     try:
-        for task_id in range(1, 13):
-            waiters.add(task_id, Waiter())
-        settled(store, set(range(1, 13)))
         assert report(1.0, 1, 2, 3, 4) == 0.05  # no rate yet: the batch asked for
         # 4 left at 80 a second: 50 ms, not twice the last batch (100 ms), no less.
         assert report(1.05, 5, 6, 7, 8) == pytest.approx(0.05)
         assert report(1.1, 9, 10) == pytest.approx(0.05)  # 2 left at 40 a second
         assert report(1.12, 11) == pytest.approx(0.02)  # 1 left at 50 a second
         assert report(1.13, 12) is False  # nobody waits: the next commit is news
-        store.reads.clear()
-        for task_id in (20, 21):
-            waiters.add(task_id, Waiter())
-        settled(store, {20, 21})
+        threads_wait(store, waiters, {20, 21})
         assert report(1.14, 20) == 0.05  # a new stream: no rate from the last one
     finally:
         waiters.close()
@@ -302,15 +313,8 @@ def test_a_stream_that_goes_on_is_read_half_as_often_each_batch_up_to_max_batch(
     the stream's rate still ends a batch sooner; the next stream starts again at the
     batch asked for."""
     monkeypatch.setattr(waiting, "MAX_BATCH", 0.1)
-    now = [0.0]
-    store = Store()
-    waiters = clocked(store, 0.02, now)
-    report = functools.partial(report_at, store, now)
-
+    store, waiters, report = streaming(0.02, 100)
     try:
-        for task_id in range(1, 101):
-            waiters.add(task_id, Waiter())
-        settled(store, set(range(1, 101)))
         assert report(1.0, 1) == 0.02  # no stream before: the batch asked for
         assert report(1.02, 2) == pytest.approx(0.04)  # twice the last
         assert report(1.06, 3) == pytest.approx(0.08)
@@ -319,10 +323,7 @@ def test_a_stream_that_goes_on_is_read_half_as_often_each_batch_up_to_max_batch(
         # 90 delivered in 0.1 s (900 a second): the 5 left take 5.6 ms, not 100.
         assert report(1.34, *range(6, 96)) == pytest.approx(5 * 0.1 / 90)
         assert report(1.35, *range(96, 101)) is False  # nobody waits: the stream is over
-        store.reads.clear()
-        for task_id in (200, 201):
-            waiters.add(task_id, Waiter())
-        settled(store, {200, 201})
+        threads_wait(store, waiters, {200, 201})
         assert report(2.0, 200) == 0.02  # a new stream: nothing doubled from the last one
     finally:
         waiters.close()
@@ -562,6 +563,18 @@ def test_cancelled_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPat
         waiters.close()
 
 
+def long_waits_delivered(waiters: Waiters, count: int) -> list[object]:
+    """Futures on tasks ``0 .. count - 1``, each with a timeout far longer than the test,
+    gathered on a loop of their own: their results."""
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(count)]
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+
+    return asyncio.run(main())
+
+
 def test_delivered_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Short waits with long timeouts do not keep their futures (and results) in the
     deadline heap for those timeouts once delivered."""
@@ -569,14 +582,8 @@ def test_delivered_futures_deadlines_are_compacted(monkeypatch: pytest.MonkeyPat
     store = Store()
     store.done.update(range(10))
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
-
-    async def main() -> list[object]:
-        loop = asyncio.get_running_loop()
-        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(10)]
-        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
-
     try:
-        assert asyncio.run(main()) == [i * 10 for i in range(10)]
+        assert long_waits_delivered(waiters, 10) == [i * 10 for i in range(10)]
         assert len(waiters._deadlines) <= 4  # compacted at least once; at most 4 since
     finally:
         waiters.close()
@@ -588,14 +595,8 @@ def test_once_nothing_waits_no_deadline_is_kept() -> None:
     store = Store()
     store.done.update(range(3))
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
-
-    async def main() -> list[object]:
-        loop = asyncio.get_running_loop()
-        futures = [waiters.future(i, loop, timeout=WAIT * 100) for i in range(3)]
-        return await asyncio.wait_for(asyncio.gather(*futures), WAIT)
-
     try:
-        assert asyncio.run(main()) == [0, 10, 20]
+        assert long_waits_delivered(waiters, 3) == [0, 10, 20]
         assert len(waiters._deadlines) == 0
     finally:
         waiters.close()
