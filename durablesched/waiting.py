@@ -456,7 +456,9 @@ class Waiters:
                     self._deadlines.first(),
                     math.inf if self._batch_ends is None else self._batch_ends,
                 )
-            self._wake.wait(max(0.0, until - time.monotonic()))
+            # No wait due (nothing waited on, no deadline, no batch): sleep until woken
+            # (a lock's wait refuses an infinite timeout: this thread would end).
+            self._wake.wait(None if until == math.inf else max(0.0, until - time.monotonic()))
             self._wake.clear()
             now = time.monotonic()
             with self._lock:

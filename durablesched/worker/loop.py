@@ -377,7 +377,8 @@ class Worker:
         return self._thread
 
     def stop(self, timeout: float | None = 10.0) -> bool:
-        """Stop claiming, let running tasks finish, and return True once all have ended."""
+        """Stop claiming, let running tasks finish, and return True once all have ended
+        (False if ``timeout`` seconds passed first; None: however long they take)."""
         self.request_stop()
         self._release_waiting()
         self._tell_shutdown()

@@ -9,6 +9,7 @@ wakes whoever waits for the set to change.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -96,22 +97,24 @@ class Slots:
             return {task_id: r for task_id, r in self.active.items()}
 
     def wait_idle(self, timeout: float) -> bool:
-        """Block until no attempt runs here (True) or ``timeout`` seconds pass (False)."""
+        """Block until no attempt runs here (True) or ``timeout`` seconds pass (False;
+        ``math.inf``: as long as it takes)."""
         deadline = time.monotonic() + timeout
         with self.changed:
             while self.active:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.changed.wait(remaining):
+                if remaining <= 0 or not self.changed.wait(_bounded(remaining)):
                     return not self.active
             return True
 
     def wait_running(self, count: int, timeout: float) -> bool:
-        """Block until at least ``count`` attempts run here (True) or ``timeout`` seconds pass."""
+        """Block until at least ``count`` attempts run here (True) or ``timeout`` seconds pass
+        (``math.inf``: as long as it takes)."""
         deadline = time.monotonic() + timeout
         with self.started_changed:
             while self.started() < count:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.started_changed.wait(remaining):
+                if remaining <= 0 or not self.started_changed.wait(_bounded(remaining)):
                     return self.started() >= count
             return True
 
@@ -137,3 +140,9 @@ def free_slots(
     used = Counter(r.claim.queue for r in held)
     free = {q: n - used[q] for q, n in queues.items() if n > used[q]}
     return sum(free.values()), free
+
+
+def _bounded(seconds: float) -> float | None:
+    """A timeout a thread's wait takes: None for an infinite one (which a lock's wait
+    refuses with an ``OverflowError``: ``Worker.stop(timeout=None)`` waits on tasks so)."""
+    return None if seconds == math.inf else seconds

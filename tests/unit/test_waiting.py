@@ -431,6 +431,48 @@ def test_a_wait_is_read_again_within_a_fallback_of_its_own_last_read() -> None:
     assert rereads.next() == math.inf
 
 
+class RecordingEvent(threading.Event):
+    """The waiting thread's wake-up event, telling the test each timeout it sleeps for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+        self.slept = threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self.slept:
+            self.timeouts.append(timeout)
+            self.slept.notify_all()
+        return super().wait(timeout)
+
+
+def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits() -> None:
+    """Once nothing is waited on and no read is due (no wait, no deadline, no batch), the
+    waiting thread sleeps with no timeout, not an infinite one (which a lock's wait
+    refuses: the thread would end, and no later wait would be read or time out)."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    wake = waiters._wake = RecordingEvent()
+    try:
+        store.done.update({1, 2})
+        first = Waiter()
+        waiters.add(1, first)
+        assert delivered(first) == 10
+        # Nothing waits; "any task may have finished": every wait is read (none), and no
+        # earlier read is due again.
+        store.watcher.report(None)
+        with wake.slept:
+            assert wake.slept.wait_for(
+                lambda: any(t is None or t == math.inf for t in wake.timeouts), WAIT
+            )
+            assert math.inf not in wake.timeouts
+        second = Waiter()
+        waiters.add(2, second)
+        assert delivered(second) == 20
+    finally:
+        waiters.close()
+
+
 def test_a_deadline_expires_only_the_waits_still_pending() -> None:
     """A future past its deadline raises TimeoutError and leaves nothing waiting; one
     whose task finished in time has its result."""
