@@ -20,6 +20,14 @@
   gather N futures (``aresult`` hands out a future), and the same with a coroutine
   (so a Task) around each in ``asyncio_tasks_cpu_s``: what gathering N coroutine
   functions' calls costs.
+  ``results_per_s_at_5pct`` is the rate of results at which this process would take
+  5 % of a core at the median CPU per result (what the target comes to: results come
+  in at the worker's pace, and waiting costs a few microseconds each).
+- ``idle``: N handles awaited for ``--idle-seconds`` while none of their tasks runs
+  (each due in an hour): what waiting costs when nothing finishes, the waiting
+  process's CPU over that time (``cores``), per handle and second
+  (``cpu_us_per_handle_second``), and the reads made (the waiting thread reads every
+  wait again once a second, whatever it hears: ``waiting.FALLBACK``).
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
   one after the other, seven rounds, every other round the other side first; the
@@ -29,7 +37,8 @@
   processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
   client's, so the typed call's few objects weigh more there).
 
-    python -m benchmarks.handles [--pg URL] [--tasks N] [--drains N] [--out FILE]
+    python -m benchmarks.handles [--pg URL] [--tasks N] [--drains N] [--idle-seconds S]
+                                 [--out FILE]
 
 Run it on a quiet machine: timings are meaningless while other work runs.
 """
@@ -65,6 +74,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Drains of ``many`` (each figure their median): one drain's figure swings with the
 #: machine by a tenth or more.
 DRAINS = 5
+#: Seconds of ``idle``: long enough for a few of the waiting thread's rereads.
+IDLE_SECONDS = 5.0
+#: The target's share of a core, for ``results_per_s_at_5pct``.
+TARGET_CORES = 0.05
 
 
 def wakeup(db: str, rounds: int) -> dict[str, float]:
@@ -153,9 +166,47 @@ def many(db: str, tasks: int, drains: int = DRAINS) -> dict[str, Any]:
     for key in ("cores_to_commit", "cpu_us_per_result", "wall_s"):
         figures[f"{key}_range"] = [min(d[key] for d in each), max(d[key] for d in each)]
     figures["drains"] = drains
+    figures["results_per_s_at_5pct"] = TARGET_CORES / (figures["cpu_us_per_result"] * 1e-6)
     figures["asyncio_cpu_s"] = asyncio.run(bare_futures(tasks))
     figures["asyncio_tasks_cpu_s"] = asyncio.run(bare_futures(tasks, wrapped=True))
     return figures
+
+
+def idle(db: str, tasks: int, seconds: float = IDLE_SECONDS) -> dict[str, float]:
+    """``tasks`` handles awaited for ``seconds`` while none of their tasks runs (each due
+    in an hour, no worker): the waiting process's CPU then, the whole of it waiting's.
+    The waits are then let go and the tasks cancelled."""
+    store = open_store(db)
+    scheduler = Scheduler(store, registry=registry)
+    later = add.options(delay=3600)
+    try:
+        handles = scheduler.enqueue_many([later.bind(i) for i in range(tasks)])
+
+        async def wait() -> float:
+            futures = [h.aresult() for h in handles]
+            cpu = time.process_time()
+            done, _ = await asyncio.wait(futures, timeout=seconds)
+            spent = time.process_time() - cpu
+            assert not done, "a task due in an hour finished"
+            for future in futures:
+                future.cancel()
+            return spent
+
+        reads = scheduler.waiters.reads
+        cpu = asyncio.run(wait())
+        reads = scheduler.waiters.reads - reads
+        for handle in handles:  # (a database kept between runs keeps none of them)
+            handle.cancel()
+    finally:
+        scheduler.close()
+        store.close()
+    return {
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "cores": cpu / seconds,
+        "cpu_us_per_handle_second": cpu / seconds / tasks * 1e6,
+        "reads": reads,
+    }
 
 
 async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) -> float:
@@ -242,11 +293,18 @@ def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
     return figures
 
 
-def run(databases: dict[str, str], tasks: int, rounds: int, drains: int = DRAINS) -> dict[str, Any]:
+def run(
+    databases: dict[str, str],
+    tasks: int,
+    rounds: int,
+    drains: int = DRAINS,
+    idle_seconds: float = IDLE_SECONDS,
+) -> dict[str, Any]:
     return {
         name: {
             "wakeup": wakeup(db, rounds),
             "many": many(db, tasks, drains),
+            "idle": idle(db, tasks, idle_seconds),
             "enqueue": enqueue_cost(db, tasks),
         }
         for name, db in databases.items()
@@ -259,13 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--drains", type=int, default=DRAINS)
+    parser.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         databases = {"sqlite": str(Path(tmp) / "handles.db")}
         if args.pg:
             databases["postgres"] = args.pg
-        figures = run(databases, args.tasks, args.rounds, args.drains)
+        figures = run(databases, args.tasks, args.rounds, args.drains, args.idle_seconds)
     text = json.dumps(figures, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -9,12 +9,17 @@ from benchmarks import handles
 
 
 def test_the_handles_benchmark_runs(tmp_path: Path) -> None:
-    figures = handles.run({"sqlite": str(tmp_path / "h.db")}, tasks=40, rounds=5, drains=2)
+    figures = handles.run(
+        {"sqlite": str(tmp_path / "h.db")}, tasks=40, rounds=5, drains=2, idle_seconds=0.2
+    )
     sqlite = figures["sqlite"]
-    assert set(sqlite) == {"wakeup", "many", "enqueue"}
+    assert set(sqlite) == {"wakeup", "many", "idle", "enqueue"}
     assert sqlite["wakeup"]["p50_ms"] > 0
     many = sqlite["many"]
     assert many["cores"] >= 0 and many["reads"] >= 1 and many["drains"] == 2
     low, high = many["cores_to_commit_range"]
     assert low <= many["cores_to_commit"] <= high
+    assert many["results_per_s_at_5pct"] > 0
+    idle = sqlite["idle"]
+    assert idle["cores"] >= 0 and idle["reads"] >= 1 and idle["seconds"] == 0.2
     assert {"single_ratio", "batch_ratio"} <= set(sqlite["enqueue"])
