@@ -19,6 +19,13 @@ from durablesched.errors import ConfigurationError
 MAX_SYSTEM_WAIT = timedelta(seconds=60)
 
 
+def thread_timeout(seconds: float) -> float:
+    """``seconds`` as a thread's wait (a lock's, an event's) takes it: no more than
+    ``threading.TIMEOUT_MAX``, which it refuses with an ``OverflowError`` (``math.inf``
+    included: a wait with no bound is one of that many seconds)."""
+    return min(seconds, threading.TIMEOUT_MAX)
+
+
 @runtime_checkable
 class Clock(Protocol):
     """Where time comes from. ``now()`` is always timezone-aware UTC."""

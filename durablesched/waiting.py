@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from durablesched.clock import thread_timeout
 from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
 from durablesched.records import Finished
 from durablesched.states import TaskState
@@ -456,9 +457,9 @@ class Waiters:
                     self._deadlines.first(),
                     math.inf if self._batch_ends is None else self._batch_ends,
                 )
-            # No wait due (nothing waited on, no deadline, no batch): sleep until woken
-            # (a lock's wait refuses an infinite timeout: this thread would end).
-            self._wake.wait(None if until == math.inf else max(0.0, until - time.monotonic()))
+            # With nothing due (no wait, no deadline, no batch), ``until`` is infinite:
+            # a wait as long as a thread's takes (more would end this thread).
+            self._wake.wait(thread_timeout(max(0.0, until - time.monotonic())))
             self._wake.clear()
             now = time.monotonic()
             with self._lock:

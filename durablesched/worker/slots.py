@@ -9,13 +9,13 @@ wakes whoever waits for the set to change.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from durablesched.clock import thread_timeout
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.records import Claim
 from durablesched.registry import TaskDefinition
@@ -103,7 +103,7 @@ class Slots:
         with self.changed:
             while self.active:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.changed.wait(_bounded(remaining)):
+                if remaining <= 0 or not self.changed.wait(thread_timeout(remaining)):
                     return not self.active
             return True
 
@@ -114,7 +114,7 @@ class Slots:
         with self.started_changed:
             while self.started() < count:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.started_changed.wait(_bounded(remaining)):
+                if remaining <= 0 or not self.started_changed.wait(thread_timeout(remaining)):
                     return self.started() >= count
             return True
 
@@ -140,9 +140,3 @@ def free_slots(
     used = Counter(r.claim.queue for r in held)
     free = {q: n - used[q] for q, n in queues.items() if n > used[q]}
     return sum(free.values()), free
-
-
-def _bounded(seconds: float) -> float | None:
-    """A timeout a thread's wait takes: None for an infinite one (which a lock's wait
-    refuses with an ``OverflowError``: ``Worker.stop(timeout=None)`` waits on tasks so)."""
-    return None if seconds == math.inf else seconds

@@ -436,20 +436,22 @@ class RecordingEvent(threading.Event):
 
     def __init__(self) -> None:
         super().__init__()
-        self.timeouts: list[float | None] = []
+        #: Each wait's timeout (``math.inf``: none).
+        self.timeouts: list[float] = []
         self.slept = threading.Condition()
 
     def wait(self, timeout: float | None = None) -> bool:
         with self.slept:
-            self.timeouts.append(timeout)
+            self.timeouts.append(math.inf if timeout is None else timeout)
             self.slept.notify_all()
         return super().wait(timeout)
 
 
 def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits() -> None:
     """Once nothing is waited on and no read is due (no wait, no deadline, no batch), the
-    waiting thread sleeps with no timeout, not an infinite one (which a lock's wait
-    refuses: the thread would end, and no later wait would be read or time out)."""
+    waiting thread sleeps as long as a thread's wait takes, not for ever (a lock's wait
+    refuses ``math.inf``: the thread would end, and no later wait would be read or time
+    out)."""
     store = Store()
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
     wake = waiters._wake = RecordingEvent()
@@ -461,11 +463,9 @@ def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits()
         # Nothing waits; "any task may have finished": every wait is read (none), and no
         # earlier read is due again.
         store.watcher.report(None)
-        with wake.slept:
-            assert wake.slept.wait_for(
-                lambda: any(t is None or t == math.inf for t in wake.timeouts), WAIT
-            )
-            assert math.inf not in wake.timeouts
+        with wake.slept:  # (the read due next was a minute away)
+            assert wake.slept.wait_for(lambda: max(wake.timeouts or [0]) > 3600, WAIT)
+            assert max(wake.timeouts) <= threading.TIMEOUT_MAX
         second = Waiter()
         waiters.add(2, second)
         assert delivered(second) == 20

@@ -11,12 +11,18 @@ import math
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from durablesched import MemoryStore, Scheduler, TaskRegistry, Worker
 
 from ..conftest import WAIT
 
 
-def test_stop_without_a_timeout_waits_for_the_running_task_however_long() -> None:
+@pytest.mark.parametrize("timeout", [None, 1e12], ids=["none", "centuries"])
+def test_stop_without_a_timeout_waits_for_the_running_task_however_long(
+    timeout: float | None,
+) -> None:
+    """No timeout, or one longer than a thread's wait takes (``threading.TIMEOUT_MAX``)."""
     registry = TaskRegistry()
     started, release = threading.Event(), threading.Event()
 
@@ -32,7 +38,7 @@ def test_stop_without_a_timeout_waits_for_the_running_task_however_long() -> Non
     loop.start()
     handle = scheduler.enqueue(slow)
     assert started.wait(WAIT)
-    stopping = in_thread(lambda: worker.stop(timeout=None))
+    stopping = in_thread(lambda: worker.stop(timeout=timeout))
     # The stop waits on the running task (its slot still held), with no timeout.
     assert not worker.wait_idle(0)
     release.set()
