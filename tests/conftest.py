@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import closing
@@ -42,6 +44,22 @@ SQL_BACKENDS = ["sqlite", "postgres"]
 sql_backends_only = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 #: The PostgreSQL server the tests use; each test gets a schema of its own in it.
 PG_URL = os.environ.get("DURABLESCHED_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+class RecordingEvent(threading.Event):
+    """The waiting thread's wake-up event, telling the test each timeout it sleeps for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Each wait's timeout (``math.inf``: none).
+        self.timeouts: list[float] = []
+        self.slept = threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self.slept:
+            self.timeouts.append(math.inf if timeout is None else timeout)
+            self.slept.notify_all()
+        return super().wait(timeout)
 
 
 def database_image(path: Path) -> bytes | None:

@@ -34,9 +34,9 @@ from durablesched.store.sql.postgres import NotifyWatcher
 from durablesched.store.sql.sqlite import DataVersionWatcher
 from durablesched.store.sql.store import SQLStore
 from durablesched.testing import run_due
-from durablesched.waiting import Waiter
+from durablesched.waiting import Waiter, Waiters
 
-from ..conftest import BackendStore, sql_backends_only
+from ..conftest import BackendStore, RecordingEvent, sql_backends_only
 
 WAIT = 10.0  # seconds: the bound on every wait below; none should take near it
 
@@ -371,6 +371,40 @@ def test_closing_the_scheduler_wakes_its_waiting_handles(sched: Scheduler) -> No
     assert [str(e) for e in raised] == [
         f"the scheduler was closed while task {handle.id} was waited on"
     ]
+
+
+def test_waits_after_a_quiet_moment_are_answered(sched: Scheduler) -> None:
+    """Once nothing is waited on and no read is due, the waiting thread sleeps until a wait
+    comes, and answers it: one on a task already finished (read at once), one on a task
+    finishing later (the watcher), one that times out (a deadline). (Its sleep was once
+    an infinite timeout, which ended the thread: every later wait hung, its own timeout
+    too.) The thread rereads each wait within 50 ms here, so it is soon quiet."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    waiters = sched._waiters = Waiters(sched.store, fallback=0.05)
+    wake = waiters._wake = RecordingEvent()
+
+    def quiet() -> bool:  # nothing waited on, nothing due: a sleep with no end in sight
+        with wake.slept:
+            slept = wake.slept.wait_for(lambda: max(wake.timeouts, default=0) > 3600, WAIT)
+            return slept and max(wake.timeouts) <= threading.TIMEOUT_MAX
+
+    async def main() -> None:
+        first = sched.enqueue(add, 1)
+        waiting = first.aresult(timeout=WAIT)
+        await asyncio.to_thread(run_due, sched)
+        assert await waiting == 1
+        assert await asyncio.to_thread(quiet)
+        done = sched.enqueue(add, 2)
+        await asyncio.to_thread(run_due, sched)
+        assert await done.aresult(timeout=WAIT) == 2
+        later = sched.enqueue(add, 3)
+        waiting = later.aresult(timeout=WAIT)
+        await asyncio.to_thread(run_due, sched)
+        assert await waiting == 3
+        with pytest.raises(TimeoutError):
+            await sched.enqueue(add, 4).aresult(timeout=0.01)  # never run
+
+    asyncio.run(asyncio.wait_for(main(), 4 * WAIT))
 
 
 def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:

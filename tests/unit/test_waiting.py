@@ -25,6 +25,8 @@ from durablesched.states import TaskState
 from durablesched.store.protocol import Awaited, OnFinished, Outcomes
 from durablesched.waiting import Waiter, Waiters
 
+from ..conftest import RecordingEvent
+
 WAIT = 10.0  # seconds: the bound on every wait below; none should take near it
 
 
@@ -431,22 +433,6 @@ def test_a_wait_is_read_again_within_a_fallback_of_its_own_last_read() -> None:
     assert rereads.next() == math.inf
 
 
-class RecordingEvent(threading.Event):
-    """The waiting thread's wake-up event, telling the test each timeout it sleeps for."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: Each wait's timeout (``math.inf``: none).
-        self.timeouts: list[float] = []
-        self.slept = threading.Condition()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        with self.slept:
-            self.timeouts.append(math.inf if timeout is None else timeout)
-            self.slept.notify_all()
-        return super().wait(timeout)
-
-
 def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits() -> None:
     """Once nothing is waited on and no read is due (no wait, no deadline, no batch), the
     waiting thread sleeps as long as a thread's wait takes, not for ever (a lock's wait
@@ -464,7 +450,7 @@ def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits()
         # earlier read is due again.
         store.watcher.report(None)
         with wake.slept:  # (the read due next was a minute away)
-            assert wake.slept.wait_for(lambda: max(wake.timeouts or [0]) > 3600, WAIT)
+            assert wake.slept.wait_for(lambda: max(wake.timeouts, default=0) > 3600, WAIT)
             assert max(wake.timeouts) <= threading.TIMEOUT_MAX
         second = Waiter()
         waiters.add(2, second)
