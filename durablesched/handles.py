@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from durablesched.errors import UnsupportedOperationError, WaitInTaskError
 from durablesched.records import CancelOutcome, Finished, TaskRecord
 from durablesched.states import TERMINAL, TaskState
-from durablesched.waiting import Waiter, Waiters, closed_while_waiting, outcome, timed_out
+from durablesched.waiting import Waiter, Waiters, outcome, timed_out
 
 R = TypeVar("R")
 
@@ -95,8 +95,8 @@ class TaskHandle(Generic[R]):
                 waiters.discard(self.id, waiter)
                 if not waiter.wait(0):  # not delivered in the meantime either
                     raise TimeoutError(timed_out(self.id, timeout))
-            if waiter.closed:
-                raise RuntimeError(closed_while_waiting(self.id))
+            if waiter.closed is not None:
+                raise RuntimeError(waiter.closed)
             record = waiter.record
         result: R = outcome(self.id, record)
         return result

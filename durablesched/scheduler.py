@@ -229,11 +229,12 @@ class Scheduler:
 
     @property
     def waiters(self) -> Waiters:
-        """The tasks this scheduler's handles wait on: one thread and one watcher for all."""
+        """The tasks this scheduler's handles wait on: one thread and one watcher for all
+        (new ones after a failure of that thread, which ended the waits it served)."""
         waiters = self._waiters
-        if waiters is None:
+        if waiters is None or waiters.failure is not None:
             with self._waiters_lock:
-                if self._waiters is None:
+                if self._waiters is None or self._waiters.failure is not None:
                     self._waiters = Waiters(self.store)
                 waiters = self._waiters
         return waiters

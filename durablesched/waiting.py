@@ -84,8 +84,9 @@ class Waiter:
     def __init__(self) -> None:
         self._done = threading.Event()
         self.record: Finished | None = None
-        #: Woken because the scheduler closed: no outcome will come.
-        self.closed = False
+        #: Woken with no outcome, and why (the scheduler closed, or its waiting thread
+        #: failed): what its handle raises. None: not so.
+        self.closed: str | None = None
 
     def wait(self, timeout: float | None) -> bool:
         """Block until delivered (True) or ``timeout`` seconds pass (False)."""
@@ -150,8 +151,16 @@ def timed_out(task_id: int, timeout: float | None) -> str:
     return f"task {task_id} did not finish within {timeout:g} s"
 
 
-def closed_while_waiting(task_id: int) -> str:
-    return f"the scheduler was closed while task {task_id} was waited on"
+def closed_while_waiting(task_id: int, failure: BaseException | None = None) -> str:
+    """Why a wait ended with no outcome: the scheduler closed, or (``failure``) its
+    waiting thread failed."""
+    if failure is None:
+        return f"the scheduler was closed while task {task_id} was waited on"
+    return f"waiting for task {task_id} failed: {ended_by(failure)}"
+
+
+def ended_by(failure: BaseException) -> str:
+    return f"the scheduler's waiting thread failed ({type(failure).__name__}: {failure})"
 
 
 def _settle(
@@ -175,11 +184,12 @@ def _settle(
             future.set_exception(TimeoutError(timed_out(future.task_id, future.timeout)))
 
 
-def _close(futures: list[WaitingFuture]) -> None:
-    """On the futures' event loop: the scheduler closed, none of them will be resolved."""
+def _close(futures: list[WaitingFuture], failure: BaseException | None) -> None:
+    """On the futures' event loop: the scheduler closed (or its waiting thread failed:
+    ``failure``), none of them will be resolved."""
     for future in futures:
         if not future.done():
-            future.set_exception(RuntimeError(closed_while_waiting(future.task_id)))
+            future.set_exception(RuntimeError(closed_while_waiting(future.task_id, failure)))
 
 
 class Deadlines:
@@ -316,6 +326,8 @@ class Waiters:
         self._batch_ends: float | None = None
         self._wake = threading.Event()
         self._closed = False
+        #: What ended the waiting thread, if it failed (then closed: no wait is served).
+        self.failure: BaseException | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._watcher: FinishWatcher | None = None
@@ -355,6 +367,8 @@ class Waiters:
     def _register(self, task_id: int, waiter: AnyWaiter) -> None:
         """Under the lock: ``waiter`` waits on ``task_id``, read at once."""
         if self._closed:
+            if self.failure is not None:
+                raise RuntimeError(f"{ended_by(self.failure)}: nothing can be waited on")
             raise RuntimeError("the scheduler was closed: nothing can be waited on")
         if self._thread is None:
             self._start()
@@ -447,6 +461,18 @@ class Waiters:
             return self._spread(delivered, spent)
 
     def _run(self) -> None:
+        """The thread: :meth:`_serve`, and if it fails (a bug), every wait ended with the
+        failure rather than left hanging (and the failure logged): the scheduler makes
+        another :class:`Waiters` for the waits after."""
+        try:
+            self._serve()
+        except BaseException as e:  # any: nothing else would ever end the waits
+            log.exception("the waiting thread failed: every wait still waiting ends with it")
+            watcher, _ = self._end(e)
+            if watcher is not None:
+                watcher.close()
+
+    def _serve(self) -> None:
         rereads = Rereads(self._fallback)
         while True:
             with self._lock:
@@ -602,29 +628,40 @@ class Waiters:
         """Stop the thread and the watcher, and wake every wait still waiting: a
         thread's returns (its handle raises ``RuntimeError``), a future is resolved with
         a ``RuntimeError`` on its loop (one call per loop). Nothing can finish them now."""
-        with self._lock:
-            self._closed = True
-            thread, self._thread = self._thread, None
-            watcher, self._watcher = self._watcher, None
-            waiting = dict(self._waiting)
-            self._waiting.clear()
-            self._deadlines = Deadlines()
-        by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
-        for waiters in waiting.values():
-            for waiter in waiters:
-                if isinstance(waiter, Waiter):
-                    waiter.closed = True
-                    waiter.deliver(None)
-                else:
-                    by_loop.setdefault(waiter.get_loop(), []).append(waiter)
-        for loop, futures in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_close, futures)
-            except RuntimeError:  # its loop was closed: nobody is left to tell
-                log.debug("an event loop closed while %d of its handles waited", len(futures))
+        watcher, thread = self._end(None)
         self._stopped.set()
         self._wake.set()
         if watcher is not None:
             watcher.close()
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._fallback + 1)
+
+    def _end(
+        self, failure: BaseException | None
+    ) -> tuple[FinishWatcher | None, threading.Thread | None]:
+        """Serve no more waits (``failure``: the thread failed so), and wake every one
+        still waiting, each told why. Returns the watcher and the thread, to stop."""
+        with self._lock:
+            if not self._closed:
+                self.failure = failure
+            self._closed = True
+            thread, self._thread = self._thread, None
+            watcher, self._watcher = self._watcher, None
+            waiting = dict(self._waiting)
+            self._waiting.clear()
+            self._deadlines = Deadlines()
+            failure = self.failure
+        by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
+        for task_id, waiters in waiting.items():
+            for waiter in waiters:
+                if isinstance(waiter, Waiter):
+                    waiter.closed = closed_while_waiting(task_id, failure)
+                    waiter.deliver(None)
+                else:
+                    by_loop.setdefault(waiter.get_loop(), []).append(waiter)
+        for loop, futures in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_close, futures, failure)
+            except RuntimeError:  # its loop was closed: nobody is left to tell
+                log.debug("an event loop closed while %d of its handles waited", len(futures))
+        return watcher, thread

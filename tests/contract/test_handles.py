@@ -407,6 +407,33 @@ def test_waits_after_a_quiet_moment_are_answered(sched: Scheduler) -> None:
     asyncio.run(asyncio.wait_for(main(), 4 * WAIT))
 
 
+def test_after_its_waiting_thread_failed_the_scheduler_serves_waits_again(
+    sched: Scheduler,
+) -> None:
+    """A bug in the waiting thread ends the waits it served with the failure (not a hang),
+    and the scheduler's next waits are served by a new thread."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    failed = sched.waiters
+
+    def broken(delivered: int, spent: float) -> None:  # (the waiting thread's own call)
+        raise ValueError("a bug")
+
+    failed._nudge_when = broken  # type: ignore[method-assign]
+
+    async def main() -> None:
+        first = sched.enqueue(add, 1)
+        with pytest.raises(RuntimeError, match=r"waiting thread failed \(ValueError: a bug\)"):
+            await asyncio.wait_for(first.aresult(timeout=WAIT), WAIT)
+        assert sched.waiters is not failed
+        second = sched.enqueue(add, 2)
+        waiting = second.aresult(timeout=WAIT)
+        await asyncio.to_thread(run_due, sched)
+        assert await waiting == 2
+        assert await first.aresult(timeout=WAIT) == 1
+
+    asyncio.run(asyncio.wait_for(main(), 3 * WAIT))
+
+
 def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:
     registry = sched.registry or TaskRegistry()
     add, chain = task_of(registry, "add"), task_of(registry, "chain")

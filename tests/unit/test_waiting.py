@@ -688,3 +688,43 @@ def test_closing_wakes_every_wait() -> None:
     assert thread_waiter.wait(0) and thread_waiter.closed
     with pytest.raises(RuntimeError, match="closed"):
         waiters.add(3, Waiter())
+
+
+def test_a_failing_waiting_thread_ends_every_wait_with_its_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in the waiting thread must not leave waits hanging: each wait still waiting (a
+    thread's, a coroutine's) ends with a RuntimeError naming the failure, a new wait is
+    refused saying so, and the failure is logged."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    thread_waiter = Waiter()
+
+    def broken(found: Mapping[int, Finished | None]) -> int:
+        raise ValueError("a bug")
+
+    async def main() -> list[BaseException | object]:
+        loop = asyncio.get_running_loop()
+        waiters.add(1, thread_waiter)
+        futures = [waiters.future(2, loop), waiters.future(3, loop, timeout=WAIT)]
+        await asyncio.to_thread(settled, store, {1, 2, 3})
+        waiters._deliver = broken  # type: ignore[method-assign]
+        store.watcher.report({1})  # the thread reads task 1, and fails delivering it
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT)
+
+    outcomes = asyncio.run(main())
+    failed = "the scheduler's waiting thread failed (ValueError: a bug)"
+    assert [str(e) for e in outcomes] == [
+        f"waiting for task 2 failed: {failed}",
+        f"waiting for task 3 failed: {failed}",
+    ]
+    assert all(isinstance(e, RuntimeError) for e in outcomes)
+    assert thread_waiter.wait(WAIT)
+    assert thread_waiter.closed == f"waiting for task 1 failed: {failed}"
+    assert isinstance(waiters.failure, ValueError)
+    with pytest.raises(RuntimeError, match=r"waiting thread failed \(ValueError: a bug\)"):
+        waiters.add(4, Waiter())
+    assert "the waiting thread failed" in caplog.text
+    assert store.watcher.closed
+    waiters.close()  # closing after a failure keeps it
+    assert isinstance(waiters.failure, ValueError)
