@@ -89,8 +89,9 @@ class Waiter:
         self.closed: str | None = None
 
     def wait(self, timeout: float | None) -> bool:
-        """Block until delivered (True) or ``timeout`` seconds pass (False)."""
-        return self._done.wait(timeout)
+        """Block until delivered (True) or ``timeout`` seconds pass (False; ``math.inf``, as
+        None: no bound)."""
+        return self._done.wait(None if timeout is None else thread_timeout(timeout))
 
     def deliver(self, record: Finished | None) -> None:
         self.record = record

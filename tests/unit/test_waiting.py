@@ -433,6 +433,17 @@ def test_a_wait_is_read_again_within_a_fallback_of_its_own_last_read() -> None:
     assert rereads.next() == math.inf
 
 
+@pytest.mark.parametrize("timeout", [math.inf, 1e12])
+def test_a_thread_s_wait_takes_a_timeout_of_any_length(timeout: float) -> None:
+    """``handle.result(timeout=math.inf)`` (or of centuries) waits with no bound, where a
+    lock's wait would raise ``OverflowError``."""
+    waiter = Waiter()
+    waiter._done = done = RecordingEvent()
+    waiter.deliver(None)
+    assert waiter.wait(timeout)
+    assert done.timeouts == [threading.TIMEOUT_MAX]
+
+
 def test_with_nothing_due_the_thread_sleeps_until_woken_and_serves_later_waits() -> None:
     """Once nothing is waited on and no read is due (no wait, no deadline, no batch), the
     waiting thread sleeps as long as a thread's wait takes, not for ever (a lock's wait
