@@ -3,10 +3,13 @@ the server's clock, NOTIFY wake-ups and clear errors for what PostgreSQL cannot 
 
 from __future__ import annotations
 
+import select
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from freezegun import freeze_time
@@ -16,6 +19,7 @@ from sqlalchemy.engine import make_url
 from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
 from durablesched.records import ErrorInfo, NewTask
+from durablesched.store.sql import postgres
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
 from durablesched.store.sql.urls import postgres_url
@@ -204,6 +208,47 @@ def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
             # Not yet: NOTIFY is delivered when the transaction commits.
             assert not woke.is_set()
         assert woke.wait(WAIT)
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
+def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between notifications the listening thread sleeps in one ``select`` on its
+    connection's socket and the stop pipe, with no timeout when it has no safety poll
+    (psycopg's ``notifies(timeout=...)`` woke ten times a second to poll: 0.4 % of a
+    core for an idle worker); a NOTIFY ends that sleep, and so does ``close``."""
+    timeouts: list[float | None] = []
+    slept = threading.Condition()
+    real = select.select
+
+    def spy(r: Any, w: Any, x: Any, timeout: float | None = None) -> Any:
+        with slept:
+            timeouts.append(timeout)
+            slept.notify_all()
+        return real(r, w, x, timeout)
+
+    monkeypatch.setattr(postgres, "select", SimpleNamespace(select=spy))
+    store = PostgresStore(pg_database)
+    other = PostgresStore(pg_database)
+    watcher = store.watch_changes(safety_poll=None)
+    woke = threading.Event()
+    watcher.start(lambda error: woke.set() if error is None else None)
+    try:
+        with slept:
+            assert slept.wait_for(lambda: timeouts, WAIT)
+        Scheduler(other, clock=ManualClock(T0)).submit("t")
+        assert woke.wait(WAIT)
+        with slept:
+            assert slept.wait_for(lambda: len(timeouts) >= 2, WAIT)  # asleep again
+        assert set(timeouts) == {None}
+        assert isinstance(watcher, postgres.NotifyWatcher)
+        thread = watcher._thread
+        watcher.close()  # the sleep ends at once: the thread is gone when close returns
+        assert thread is not None and not thread.is_alive()
     finally:
         watcher.close()
         other.close()
