@@ -3,13 +3,11 @@ the server's clock, NOTIFY wake-ups and clear errors for what PostgreSQL cannot 
 
 from __future__ import annotations
 
-import select
+import math
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from freezegun import freeze_time
@@ -22,6 +20,7 @@ from durablesched.records import ErrorInfo, NewTask
 from durablesched.store.sql import postgres
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
+from durablesched.store.sql.readable import readable
 from durablesched.store.sql.urls import postgres_url
 from durablesched.workflows.steps import FOREVER
 
@@ -217,21 +216,20 @@ def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
 def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
     pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between notifications the listening thread sleeps in one ``select`` on its
+    """Between notifications the listening thread sleeps in one ``poll`` on its
     connection's socket and the stop pipe, with no timeout when it has no safety poll
     (psycopg's ``notifies(timeout=...)`` woke ten times a second to poll: 0.4 % of a
     core for an idle worker); a NOTIFY ends that sleep, and so does ``close``."""
-    timeouts: list[float | None] = []
+    timeouts: list[float] = []
     slept = threading.Condition()
-    real = select.select
 
-    def spy(r: Any, w: Any, x: Any, timeout: float | None = None) -> Any:
+    def spy(fds: list[int], timeout: float) -> set[int]:
         with slept:
             timeouts.append(timeout)
             slept.notify_all()
-        return real(r, w, x, timeout)
+        return readable(fds, timeout)
 
-    monkeypatch.setattr(postgres, "select", SimpleNamespace(select=spy))
+    monkeypatch.setattr(postgres, "readable", spy)
     store = PostgresStore(pg_database)
     other = PostgresStore(pg_database)
     watcher = store.watch_changes(safety_poll=None)
@@ -244,7 +242,7 @@ def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
         assert woke.wait(WAIT)
         with slept:
             assert slept.wait_for(lambda: len(timeouts) >= 2, WAIT)  # asleep again
-        assert set(timeouts) == {None}
+        assert set(timeouts) == {math.inf}
         assert isinstance(watcher, postgres.NotifyWatcher)
         thread = watcher._thread
         watcher.close()  # the sleep ends at once: the thread is gone when close returns

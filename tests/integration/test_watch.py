@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gc
-import select
+import os
+import resource
 import sqlite3
 import sys
 import threading
@@ -11,8 +12,6 @@ import time
 import weakref
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from durablesched.store.protocol import Outcomes
 from durablesched.store.sql import inotify as inotify_module
 from durablesched.store.sql import sqlite as sqlite_module
 from durablesched.store.sql.inotify import DirectoryWatch, watch_directory
+from durablesched.store.sql.readable import readable
 from durablesched.store.sql.sqlite import DataVersionWatcher
 
 from ..conftest import T0, WAIT
@@ -87,18 +87,17 @@ def test_directory_watch_waits_on_past_other_files(
     database, a log) would otherwise have its watcher read at each of their writes."""
     watch = watch_directory(tmp_path, "jobs.db")
     assert isinstance(watch, DirectoryWatch)
-    selects = 0
+    polls = 0
     waiting_again = threading.Event()
-    real_select = select.select
 
-    def counted(*args: Any) -> Any:
-        nonlocal selects
-        selects += 1
-        if selects == 2:
+    def counted(fds: list[int], timeout: float) -> set[int]:
+        nonlocal polls
+        polls += 1
+        if polls == 2:
             waiting_again.set()  # the other file's event taken, the wait went on
-        return real_select(*args)
+        return readable(fds, timeout)
 
-    monkeypatch.setattr(inotify_module, "select", SimpleNamespace(select=counted))
+    monkeypatch.setattr(inotify_module, "readable", counted)
     seen: list[bool] = []
     waiter = threading.Thread(target=lambda: seen.append(watch.wait(WAIT)))
     try:
@@ -113,6 +112,28 @@ def test_directory_watch_waits_on_past_other_files(
         if waiter.is_alive():
             waiter.join(WAIT)
         watch.close()
+
+
+def test_directory_watch_waits_on_a_descriptor_past_1024(tmp_path: Path) -> None:
+    """``select`` refuses descriptors numbered 1,024 or more, which a server holding many
+    connections gives its watch: the wait polls, and hears the change all the same."""
+    watch = watch_directory(tmp_path, "jobs.db")
+    assert isinstance(watch, DirectoryWatch)
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    high = 1500
+    if limits[0] <= high:
+        assert limits[1] == resource.RLIM_INFINITY or limits[1] > high, limits
+        resource.setrlimit(resource.RLIMIT_NOFILE, (high + 1, limits[1]))
+    try:
+        os.dup2(watch._fd, high)
+        os.close(watch._fd)
+        watch._fd = high
+        assert not watch.wait(0)
+        (tmp_path / "jobs.db-wal").write_text("x")
+        assert watch.wait(WAIT)
+    finally:
+        watch.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 @pytest.mark.parametrize("inotify", [True, False])

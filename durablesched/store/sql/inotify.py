@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import select
 import struct
 import sys
 import time
 from pathlib import Path
+
+from durablesched.store.sql.readable import readable
 
 IN_MODIFY = 0x002
 IN_MOVED_TO = 0x080
@@ -54,7 +55,7 @@ class DirectoryWatch:
         deadline = time.monotonic() + timeout
         while True:
             left = max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._fd, self._stop_r], [], [], left)
+            ready = readable([self._fd, self._stop_r], left)
             if self._fd not in ready:
                 return False
             if self._relevant():

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from durablesched.store.protocol import Awaited, OnChange, OnFinished, quiet_for
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, TERMINAL_SQL
+from durablesched.store.sql.readable import readable
 from durablesched.store.sql.schema import metadata, task_seq
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
@@ -757,9 +756,7 @@ class NotifyWatcher:
         heard = [n.payload for n in conn.notifies(timeout=0)]  # read before, or just come
         if heard or timeout <= 0:
             return heard
-        select.select(
-            [conn.fileno(), self._stop_r], [], [], None if timeout == math.inf else timeout
-        )
+        readable([conn.fileno(), self._stop_r], timeout)
         return [n.payload for n in conn.notifies(timeout=0)]
 
     def _drop(self) -> None:
