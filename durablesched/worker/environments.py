@@ -17,7 +17,6 @@ import ctypes
 import gc
 import json
 import os
-import select
 import signal
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from durablesched.context import AttemptSignals, TaskContext
 from durablesched.errors import InvalidTaskError, ProcessCrashed, TaskCancelled
+from durablesched.readable import readable
 from durablesched.records import ErrorInfo, NewTask, SignalSend, call_args
 from durablesched.registry import TaskDefinition
 from durablesched.submission import to_json
@@ -126,8 +126,7 @@ def _wait(pid: int, fd: int, ctx: TaskContext, limits: _Limits) -> ChildEnded:
         if limits.deadline is not None and now >= limits.deadline:
             ended = "timeout"
             break
-        ready, _, _ = select.select([fd], [], [], TICK)
-        if ready:
+        if readable([fd], TICK):
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break  # the child closed its end: it is done (or dead)

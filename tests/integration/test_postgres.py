@@ -16,11 +16,11 @@ from sqlalchemy.engine import make_url
 
 from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
+from durablesched.readable import readable
 from durablesched.records import ErrorInfo, NewTask
 from durablesched.store.sql import postgres
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
-from durablesched.store.sql.readable import readable
 from durablesched.store.sql.urls import postgres_url
 from durablesched.workflows.steps import FOREVER
 

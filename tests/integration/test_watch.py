@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from durablesched import Scheduler, SQLiteStore, StoreError, TaskRegistry, Worker
+from durablesched.readable import readable
 from durablesched.records import ErrorInfo, Finished, NewTask
 from durablesched.states import TaskState
 from durablesched.store.protocol import Outcomes
 from durablesched.store.sql import inotify as inotify_module
 from durablesched.store.sql import sqlite as sqlite_module
 from durablesched.store.sql.inotify import DirectoryWatch, watch_directory
-from durablesched.store.sql.readable import readable
 from durablesched.store.sql.sqlite import DataVersionWatcher
 
 from ..conftest import T0, WAIT

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "states",
             "records",
             "clock",
+            "readable",
             "retry",
             "queues",
             "registry",

@@ -2,8 +2,7 @@
 
 - ``store``: ``SQLStore``, the Store protocol on any SQLAlchemy engine
 - ``sqlite``, ``postgres``: each database's own statements, dialect, engine,
-  store and change watcher (``inotify``: SQLite's wake-up on file writes;
-  ``readable``: the sleep on descriptors both watchers make)
+  store and change watcher (``inotify``: SQLite's wake-up on file writes)
 - ``statements``: the SQL both databases share; ``dialect``: what differs
 - ``transactions``: write and read transactions, busy retries, the driver-level path
 - ``submitting``, ``claiming``, ``outcomes``, ``group_commit``, ``reclaiming``: the

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from durablesched.store.sql.readable import readable
+from durablesched.readable import readable
 
 IN_MODIFY = 0x002
 IN_MOVED_TO = 0x080

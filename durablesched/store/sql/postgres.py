@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from durablesched.clock import ServerClock
 from durablesched.errors import ConfigurationError, StoreError
 from durablesched.queues import KEY_CAP_UNLIMITED, MAX_PRIORITY
+from durablesched.readable import readable
 from durablesched.records import SUBMITTED, TASK_KEY_PREFIX, Finding
 from durablesched.store.durability import Durability
 from durablesched.store.durability import durability as check_durability
@@ -33,7 +34,6 @@ from durablesched.store.protocol import Awaited, OnChange, OnFinished, quiet_for
 from durablesched.store.sql.codec import as_utc, from_db_time
 from durablesched.store.sql.dialect import SQLDialect, names_in, pyformat
 from durablesched.store.sql.predicates import CLAIMABLE_SQL, TERMINAL_SQL
-from durablesched.store.sql.readable import readable
 from durablesched.store.sql.schema import metadata, task_seq
 from durablesched.store.sql.statements import (
     CLAIM_RETURNING,
