@@ -1,5 +1,5 @@
 """A thread's sleep in the kernel until a file descriptor is readable (a database
-socket, an inotify descriptor, a stop pipe).
+socket, an inotify descriptor, a stop pipe, a task's child process's pipe).
 
 ``poll``, not ``select``: ``select`` refuses descriptors numbered 1,024 or more, and a
 server holding many connections opens its watches past that.
@@ -17,7 +17,8 @@ _LONGEST_MS = 2**31 - 1
 
 def readable(fds: Sequence[int], timeout: float) -> set[int]:
     """Those of ``fds`` readable (or closed at the other end) once one is, or none after
-    ``timeout`` seconds (``math.inf``: no bound; rounded up to a millisecond)."""
+    ``timeout`` seconds (rounded up to a millisecond; ``math.inf`` or more than some 24
+    days: that long, the most one ``poll`` sleeps, and callers wait again)."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
