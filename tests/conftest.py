@@ -47,7 +47,8 @@ PG_URL = os.environ.get("DURABLESCHED_TEST_PG", "postgresql://postgres@127.0.0.1
 
 
 class RecordingEvent(threading.Event):
-    """The waiting thread's wake-up event, telling the test each timeout it sleeps for."""
+    """An event telling the test each timeout it is waited on with (the waiting thread's
+    wake-up, a thread's wait on a handle)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -19,7 +19,7 @@ from ..conftest import WAIT
 
 
 @pytest.mark.parametrize("timeout", [None, 1e12], ids=["none", "centuries"])
-def test_stop_without_a_timeout_waits_for_the_running_task_however_long(
+def test_stop_with_no_timeout_or_one_of_centuries_waits_for_the_running_task(
     timeout: float | None,
 ) -> None:
     """No timeout, or one longer than a thread's wait takes (``threading.TIMEOUT_MAX``)."""
