@@ -7,6 +7,7 @@ import math
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from durablesched import ManualClock, Scheduler, StoreError
 from durablesched.clock import ServerClock
 from durablesched.readable import readable
 from durablesched.records import ErrorInfo, NewTask
+from durablesched.store.protocol import ChangeWatcher
 from durablesched.store.sql import postgres
 from durablesched.store.sql.migrate import head_revision, upgrade
 from durablesched.store.sql.postgres import POSTGRES, PostgresStore, create_postgres_engine
@@ -193,24 +195,32 @@ def test_a_failed_clock_reading_keeps_the_last_offset() -> None:
     assert base <= second < base + timedelta(seconds=WAIT)
 
 
-def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
+@contextmanager
+def listening(pg_database: str) -> Iterator[tuple[PostgresStore, ChangeWatcher, threading.Event]]:
+    """A watcher with no safety poll (only a NOTIFY, or a reconnection, wakes it), and
+    another store whose commits set ``woke`` through it; all closed after."""
     store = PostgresStore(pg_database)
     other = PostgresStore(pg_database)
-    # No safety poll: only the NOTIFY sent by the submit can wake it (the test
-    # fails with the NOTIFY left out of the submitting transaction).
     watcher = store.watch_changes(safety_poll=None)
     woke = threading.Event()
     watcher.start(lambda error: woke.set() if error is None else None)
     try:
+        yield other, watcher, woke
+    finally:
+        watcher.close()
+        other.close()
+        store.close()
+
+
+def test_a_submit_wakes_a_listening_watcher_on_commit(pg_database: str) -> None:
+    # Only the NOTIFY sent by the submit can wake it (the test fails with the NOTIFY
+    # left out of the submitting transaction).
+    with listening(pg_database) as (other, _, woke):
         with other.engine.begin() as conn:
             Scheduler(other, clock=ManualClock(T0)).submit("t", connection=conn)
             # Not yet: NOTIFY is delivered when the transaction commits.
             assert not woke.is_set()
         assert woke.wait(WAIT)
-    finally:
-        watcher.close()
-        other.close()
-        store.close()
 
 
 def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
@@ -230,12 +240,7 @@ def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
         return readable(fds, timeout)
 
     monkeypatch.setattr(postgres, "readable", spy)
-    store = PostgresStore(pg_database)
-    other = PostgresStore(pg_database)
-    watcher = store.watch_changes(safety_poll=None)
-    woke = threading.Event()
-    watcher.start(lambda error: woke.set() if error is None else None)
-    try:
+    with listening(pg_database) as (other, watcher, woke):
         with slept:
             assert slept.wait_for(lambda: timeouts, WAIT)
         Scheduler(other, clock=ManualClock(T0)).submit("t")
@@ -247,10 +252,6 @@ def test_a_listening_watcher_sleeps_on_its_socket_until_a_notify(
         thread = watcher._thread
         watcher.close()  # the sleep ends at once: the thread is gone when close returns
         assert thread is not None and not thread.is_alive()
-    finally:
-        watcher.close()
-        other.close()
-        store.close()
 
 
 def test_a_listening_watcher_whose_connection_is_cut_listens_again(pg_database: str) -> None:
