@@ -1114,6 +1114,7 @@ class StoresAgree(Counted):
         valid = [False] * len(outcomes)
         written: set[int] = set()
         ended: set[int] = set()  # finished by an outcome before this one
+        born = Born(self.memory._next_id, set(self.memory._keys))
         for i in sorted(range(len(outcomes)), key=lambda i: outcomes[i].claim.task_id):
             claim = outcomes[i].claim
             task = self.memory.get(claim.task_id)
@@ -1123,16 +1124,21 @@ class StoresAgree(Counted):
                 continue  # refused: InvalidTransitionError, nothing written
             valid[i] = True
             if kinds[i] == "bad effect" or any(
-                self.refuses_signal(s.task_id, claim.task_id, ended) for s in outcomes[i].signals
+                self.refuses_signal(s.task_id, claim.task_id, ended, born.ids)
+                for s in outcomes[i].signals
             ):
                 continue
             written.add(claim.task_id)
+            born.children(outcomes[i].children)
             if kinds[i] != "retry" or task.cancel_requested_at is not None:
                 ended.add(claim.task_id)
         return valid
 
-    def refuses_signal(self, target: int, sender: int, ended: set[int]) -> bool:
-        """Whether a success of ``sender`` sending ``target`` a signal is refused."""
+    def refuses_signal(self, target: int, sender: int, ended: set[int], born: set[int]) -> bool:
+        """Whether a success of ``sender`` sending ``target`` a signal is refused (``born``:
+        the tasks stored by the outcomes before it in its flush, which take signals)."""
+        if target in born:
+            return False
         task = self.memory.get(target)
         return task is None or target in ended or target == sender or task.state in TERMINAL
 
@@ -1638,6 +1644,26 @@ def test_postgres_agrees_with_memory(
     summary = run_for_a_while(PostgresAgrees)
     record_property("differential", summary)
     print(summary)
+
+
+class Born:
+    """The ids the children of a flush's outcomes will have, as a store hands them out in
+    task id order: the next id each, but for a child whose idempotency key a task already
+    holds (it is that task)."""
+
+    def __init__(self, next_id: int, keys: set[str]) -> None:
+        self._next_id = next_id
+        self._keys = keys
+        self.ids: set[int] = set()
+
+    def children(self, children: Sequence[NewTask]) -> None:
+        for child in children:
+            if child.idempotency_key is not None:
+                if child.idempotency_key in self._keys:
+                    continue
+                self._keys.add(child.idempotency_key)
+            self.ids.add(self._next_id)
+            self._next_id += 1
 
 
 class Draws(Counted):
