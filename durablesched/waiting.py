@@ -161,6 +161,7 @@ def closed_while_waiting(task_id: int, failure: BaseException | None = None) -> 
 
 
 def ended_by(failure: BaseException) -> str:
+    """What a failure of the waiting thread is called where a wait or a new one is told."""
     return f"the scheduler's waiting thread failed ({type(failure).__name__}: {failure})"
 
 
