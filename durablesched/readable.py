@@ -17,9 +17,9 @@ _LONGEST_MS = 2**31 - 1
 
 def readable(fds: Sequence[int], timeout: float) -> set[int]:
     """Those of ``fds`` readable (or closed at the other end, or in error: the caller's
-    read then says which) once one is, or none after
-    ``timeout`` seconds (rounded up to a millisecond; ``math.inf`` or more than some 24
-    days: that long, the most one ``poll`` sleeps, and callers wait again)."""
+    read then says which) once one is, or none after ``timeout`` seconds (rounded up to
+    a millisecond; ``math.inf`` or more than some 24 days: that long, the most one
+    ``poll`` sleeps, and callers wait again)."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
