@@ -8,14 +8,18 @@ thread and one watcher, however many handles wait), never by reading in a loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from contextvars import ContextVar
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from durablesched.errors import UnsupportedOperationError, WaitInTaskError
+from durablesched.clock import thread_timeout
+from durablesched.errors import InvalidTaskError, UnsupportedOperationError, WaitInTaskError
 from durablesched.records import CancelOutcome, Finished, TaskRecord
 from durablesched.states import TERMINAL, TaskState
 from durablesched.waiting import Waiter, Waiters, outcome, timed_out
+
+if TYPE_CHECKING:
+    from durablesched.store.protocol import Store
 
 R = TypeVar("R")
 
@@ -33,6 +37,9 @@ class HandleOwner(Protocol):
 
     @property
     def waiters(self) -> Waiters: ...
+
+    @property
+    def store(self) -> Store: ...
 
 
 class TaskHandle(Generic[R]):
@@ -151,10 +158,76 @@ class TaskHandle(Generic[R]):
         return f"<TaskHandle {task}{name}>"
 
 
-def _refused(handle: TaskHandle[Any]) -> WaitInTaskError:
-    """What waiting on ``handle`` inside a running task raises."""
+def gather(
+    owner: HandleOwner,
+    handles: Sequence[TaskHandle[Any]],
+    timeout: float | None,
+    return_exceptions: bool,
+) -> list[Any]:
+    """``scheduler.gather``: one read of them all, then one wait for those not finished
+    (one event, however many), its timeout kept by this thread."""
+    ids = _gathered_ids(owner, handles)
+    if not ids:
+        return []
+    waiters = owner.waiters
+    gathering = waiters.gathering(
+        ids, owner.store.finished(set(ids)), return_exceptions=return_exceptions
+    )
+    if not gathering.done:
+        assert gathering.event is not None
+        ended = gathering.event.wait(None if timeout is None else thread_timeout(timeout))
+        # Not ended, and not ending just now (delivered, or closed: both set under the
+        # waiters' lock, which ``drop`` takes): it timed out.
+        if not ended and waiters.drop(gathering):
+            raise TimeoutError(gathering.timed_out())
+        if gathering.closed is not None:
+            raise RuntimeError(gathering.closed)
+    return gathering.values()
+
+
+def agather(
+    owner: HandleOwner,
+    handles: Sequence[TaskHandle[Any]],
+    timeout: float | None,
+    return_exceptions: bool,
+) -> asyncio.Future[list[Any]]:
+    """``scheduler.agather``: one future for them all, resolved on the running loop in
+    one call once the last is finished (or at the timeout, kept by the waiting thread)."""
+    ids = _gathered_ids(owner, handles)
+    loop = asyncio.get_running_loop()
+    if not ids:
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        future.set_result([])
+        return future
+    gathering = owner.waiters.gathering(
+        ids, {}, return_exceptions=return_exceptions, loop=loop, timeout=timeout
+    )
+    assert gathering.future is not None
+    return gathering.future
+
+
+def _gathered_ids(owner: HandleOwner, handles: Sequence[TaskHandle[Any]]) -> list[int]:
+    """The handles' ids, in order: refused inside a running task, or for a handle that
+    is not one (or is another scheduler's: its id could name another database's task)."""
+    if RUNNING_TASK.get():
+        raise _refused(repr(handles[0]) if len(handles) == 1 else f"{len(handles)} handles")
+    ids = []
+    for handle in handles:
+        if not isinstance(handle, TaskHandle):
+            raise InvalidTaskError(f"gather takes task handles, got {handle!r}")
+        if handle._owner is not owner:
+            raise InvalidTaskError(
+                f"{handle!r} is another scheduler's handle: gather it with that scheduler"
+            )
+        ids.append(handle.id)
+    return ids
+
+
+def _refused(handle: TaskHandle[Any] | str) -> WaitInTaskError:
+    """What waiting on ``handle`` (or what it says) inside a running task raises."""
+    what = handle if isinstance(handle, str) else repr(handle)
     return WaitInTaskError(
-        f"waiting on {handle!r} inside a running task is refused: the waiting "
+        f"waiting on {what} inside a running task is refused: the waiting "
         "task would hold its worker slot, and a worker whose every slot waits on "
         "tasks that need a slot never finishes. Submit a follow-up task instead "
         '(docs/api.md, "Handles")'

@@ -7,12 +7,19 @@ import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from durablesched.attempts import AttemptInfo, attempts_from_history
 from durablesched.clock import Clock, SystemClock
-from durablesched.errors import ConfigurationError, InvalidTaskError, TaskNotFoundError
+from durablesched.errors import (
+    ConfigurationError,
+    DurableSchedError,
+    InvalidTaskError,
+    TaskNotFoundError,
+)
 from durablesched.handles import TaskHandle
+from durablesched.handles import agather as agather_handles
+from durablesched.handles import gather as gather_handles
 from durablesched.queues import KEEP, Keep, QueueLimits, Rate, check_queue
 from durablesched.records import (
     CancelOutcome,
@@ -226,6 +233,60 @@ class Scheduler:
         if isinstance(task_id, bool) or not isinstance(task_id, int):
             raise InvalidTaskError(f"a task id is an integer, got {task_id!r}")
         return TaskHandle(self, task_id, None if task is None else task.definition.name)
+
+    @overload
+    def gather(
+        self,
+        *handles: TaskHandle[S],
+        timeout: float | None = None,
+        return_exceptions: Literal[False] = False,
+    ) -> list[S]: ...
+    @overload
+    def gather(
+        self, *handles: TaskHandle[S], timeout: float | None = None, return_exceptions: bool
+    ) -> list[S | DurableSchedError]: ...
+    def gather(
+        self,
+        *handles: TaskHandle[Any],
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Block until every one of these handles' tasks is finished and return their
+        results, in order (``handle.result()`` for many, in one read and one wait).
+
+        The first task in order that did not succeed raises what its ``result()``
+        would (:class:`TaskFailed`, :class:`TaskCancelled`, :class:`TaskNotFoundError`),
+        once all are finished; with ``return_exceptions`` that exception stands in its
+        place. ``TimeoutError`` if ``timeout`` seconds pass first (naming how many are
+        not finished), ``RuntimeError`` if the scheduler is closed meanwhile. The
+        handles must be this scheduler's. Refused inside a running task
+        (:class:`WaitInTaskError`; a workflow has ``ctx.gather``).
+        """
+        return gather_handles(self, handles, timeout, return_exceptions)
+
+    @overload
+    def agather(
+        self,
+        *handles: TaskHandle[S],
+        timeout: float | None = None,
+        return_exceptions: Literal[False] = False,
+    ) -> asyncio.Future[list[S]]: ...
+    @overload
+    def agather(
+        self, *handles: TaskHandle[S], timeout: float | None = None, return_exceptions: bool
+    ) -> asyncio.Future[list[S | DurableSchedError]]: ...
+    def agather(
+        self,
+        *handles: TaskHandle[Any],
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+    ) -> asyncio.Future[list[Any]]:
+        """:meth:`gather` for asyncio code: a future of the running loop, resolved as
+        :meth:`gather` returns or raises, in one call on the loop however many tasks
+        (``asyncio.gather`` of their ``aresult()`` makes a future and a callback per
+        handle). A plain method, as ``aresult``; cancelling the future stops the wait.
+        """
+        return agather_handles(self, handles, timeout, return_exceptions)
 
     @property
     def waiters(self) -> Waiters:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from durablesched.clock import thread_timeout
-from durablesched.errors import TaskCancelled, TaskFailed, TaskNotFoundError
+from durablesched.errors import DurableSchedError, TaskCancelled, TaskFailed, TaskNotFoundError
 from durablesched.records import Finished
 from durablesched.states import TaskState
 from durablesched.store.protocol import FinishWatcher, Outcomes, Store
@@ -124,8 +124,112 @@ class WaitingFuture(asyncio.Future[Any]):
         return True
 
 
+class Gathering:
+    """One wait for many tasks (``scheduler.gather`` / ``agather``), registered under each
+    task it still waits for and delivered once, when the last of them is finished: a
+    thread's through an event, a coroutine's through its future (one call on its loop),
+    so that a thousand tasks gathered cost one wake-up, not a thousand.
+
+    ``found`` holds the outcomes read so far (by id; None: no such task); ``left`` is
+    how many of its tasks are not among them. ``done`` (set under the waiters' lock)
+    says it takes nothing more: complete, timed out, cancelled, or closed.
+    """
+
+    __slots__ = (
+        "closed",
+        "deadline",
+        "done",
+        "event",
+        "found",
+        "future",
+        "ids",
+        "left",
+        "return_exceptions",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        ids: list[int],
+        found: dict[int, Finished | None],
+        *,
+        return_exceptions: bool,
+        future: GatheringFuture | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        #: The tasks, in the order their values are returned (an id may repeat).
+        self.ids = ids
+        self.found = found
+        self.left = len(set(ids) - found.keys())
+        self.return_exceptions = return_exceptions
+        #: A coroutine's: resolved on its loop. None: a thread's, woken by ``event``.
+        self.future = future
+        self.event: threading.Event | None = None if future is not None else threading.Event()
+        #: A coroutine's timeout, kept by the waiting thread (monotonic seconds).
+        self.timeout = timeout
+        self.deadline = math.inf
+        if timeout is not None:
+            self.deadline = time.monotonic() + (timeout if timeout > 0 else 0.0)
+        self.done = not self.left
+        #: Woken with no outcome, and why (as :attr:`Waiter.closed`).
+        self.closed: str | None = None
+
+    def unfinished(self) -> list[int]:
+        """Its tasks not read finished yet, once each, in order."""
+        found = self.found
+        return [i for i in dict.fromkeys(self.ids) if i not in found]
+
+    def values(self) -> list[Any]:
+        """The tasks' results, in order; the first that did not succeed raises its
+        :func:`failure`, unless ``return_exceptions`` (then it stands in its place)."""
+        found, succeeded, values = self.found, TaskState.SUCCEEDED, []
+        for task_id in self.ids:
+            record = found[task_id]
+            if record is not None and record.state is succeeded:
+                values.append(record.result)
+            elif self.return_exceptions:
+                values.append(failure(task_id, record))
+            else:
+                raise failure(task_id, record)
+        return values
+
+    def timed_out(self) -> str:
+        left = self.unfinished()
+        return (
+            f"{len(left)} of the {len(set(self.ids))} tasks gathered did not finish within "
+            f"{self.timeout or 0:g} s (the first: task {left[0]})"
+        )
+
+    def closed_while(self, failure: BaseException | None) -> str:
+        """Why it ended with no outcome: as :func:`closed_while_waiting`."""
+        gathered = f"{len(set(self.ids))} tasks were gathered"
+        if failure is None:
+            return f"the scheduler was closed while {gathered}"
+        return f"waiting failed while {gathered}: {ended_by(failure)}"
+
+
+class GatheringFuture(asyncio.Future[list[Any]]):
+    """A coroutine's :class:`Gathering`: resolved with the tasks' values in order (or the
+    first failure, a ``TimeoutError``, a ``RuntimeError``). Cancelling it stops the
+    wait for every task at once."""
+
+    __slots__ = ("gathering", "waiters")
+
+    gathering: Gathering
+    waiters: Waiters
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self.waiters.drop(self.gathering)
+        return True
+
+
 #: A wait registered with :class:`Waiters`.
-AnyWaiter = Waiter | WaitingFuture
+AnyWaiter = Waiter | WaitingFuture | Gathering
+#: What a read hands one event loop: the futures it resolves, those past their
+#: deadline, and the gatherings it completes (or that time out).
+LoopBatch = tuple[list[WaitingFuture], list[WaitingFuture], list[Gathering]]
 
 
 def outcome(task_id: int, record: Finished | None) -> Any:
@@ -169,10 +273,11 @@ def _settle(
     futures: list[WaitingFuture],
     found: Mapping[int, Finished | None],
     expired: list[WaitingFuture],
+    gatherings: list[Gathering],
 ) -> None:
     """On the futures' event loop, one call per read: resolve those read finished (by
-    ``found``) and expire those past their deadline; a future cancelled meanwhile is
-    left as it is (its outcome dropped)."""
+    ``found``), expire those past their deadline, and resolve the gatherings that
+    ended; a future cancelled meanwhile is left as it is (its outcome dropped)."""
     succeeded = TaskState.SUCCEEDED
     for future in futures:
         if not future.done():
@@ -184,14 +289,76 @@ def _settle(
     for future in expired:
         if not future.done():
             future.set_exception(TimeoutError(timed_out(future.task_id, future.timeout)))
+    for gathering in gatherings:
+        _gathered(gathering)
 
 
-def _close(futures: list[WaitingFuture], failure: BaseException | None) -> None:
+def _gathered(gathering: Gathering) -> None:
+    """On its loop: resolve a coroutine's :class:`Gathering` that ended (its values, its
+    first failure, or its timeout: the tasks it still waited for)."""
+    future = gathering.future
+    if future is None or future.done():
+        return
+    if gathering.left:
+        future.set_exception(TimeoutError(gathering.timed_out()))
+        return
+    try:
+        values = gathering.values()
+    except DurableSchedError as e:
+        future.set_exception(e)
+    else:
+        future.set_result(values)
+
+
+def _hand_over(
+    found: Mapping[int, Finished | None],
+    threads: list[Waiter],
+    by_loop: dict[asyncio.AbstractEventLoop, LoopBatch],
+    gathered: list[Gathering],
+) -> None:
+    """After a read, out of the lock: wake the threads' waits delivered and their
+    gatherings that ended, and hand each event loop its batch (and its gatherings that
+    ended) in one call."""
+    for waiter in threads:
+        waiter.deliver(waiter.record)
+    for gathering in gathered:
+        if gathering.future is None:
+            assert gathering.event is not None
+            gathering.event.set()
+        else:
+            by_loop.setdefault(gathering.future.get_loop(), ([], [], []))[2].append(gathering)
+    for loop, (futures, expired, ended) in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, futures, found, expired, ended)
+        except RuntimeError:  # its loop was closed: nobody is left to tell
+            log.debug("an event loop closed while %d of its handles waited", len(futures))
+
+
+def _closed_gatherings(
+    waiting: Mapping[int, list[AnyWaiter]], failure: BaseException | None
+) -> list[Gathering]:
+    """The gatherings among ``waiting`` (once each), ended: closed (``failure``: so)."""
+    gatherings = []
+    for waiters in waiting.values():
+        for waiter in waiters:
+            if isinstance(waiter, Gathering) and not waiter.done:
+                waiter.done = True
+                waiter.closed = waiter.closed_while(failure)
+                gatherings.append(waiter)
+    return gatherings
+
+
+def _close(futures: list[WaitingFuture | Gathering], failure: BaseException | None) -> None:
     """On the futures' event loop: the scheduler closed (or its waiting thread failed:
     ``failure``), none of them will be resolved."""
-    for future in futures:
-        if not future.done():
-            future.set_exception(RuntimeError(closed_while_waiting(future.task_id, failure)))
+    future: asyncio.Future[Any] | None
+    for waiter in futures:
+        if isinstance(waiter, Gathering):
+            future, reason = waiter.future, waiter.closed_while(failure)
+        else:
+            future, reason = waiter, closed_while_waiting(waiter.task_id, failure)
+        if future is not None and not future.done():
+            future.set_exception(RuntimeError(reason))
 
 
 class Deadlines:
@@ -324,6 +491,8 @@ class Waiters:
         self._deadlines = Deadlines()
         #: Futures with a deadline that stopped waiting since they were compacted.
         self._ended_since = 0
+        #: Coroutines' gatherings with a timeout, still waiting (few: one per call).
+        self._gathering_deadlines: list[Gathering] = []
         #: When the watcher's batch ends (monotonic seconds); None: it is not gathering.
         self._batch_ends: float | None = None
         self._wake = threading.Event()
@@ -366,14 +535,89 @@ class Waiters:
                 self._deadlines.add(future)
         return future
 
-    def _register(self, task_id: int, waiter: AnyWaiter) -> None:
-        """Under the lock: ``waiter`` waits on ``task_id``, read at once."""
+    def gathering(
+        self,
+        task_ids: list[int],
+        found: dict[int, Finished | None],
+        *,
+        return_exceptions: bool,
+        loop: asyncio.AbstractEventLoop | None = None,
+        timeout: float | None = None,
+    ) -> Gathering:
+        """Wait at once on every task of ``task_ids`` not in ``found`` (outcomes already
+        read): a :class:`Gathering`, delivered when the last of them is finished (one
+        registered under each, read at once). From a thread (``loop`` None) its event
+        is set then, and the thread keeps its own timeout; from a coroutine on ``loop``
+        its future is resolved there, or with a ``TimeoutError`` once ``timeout``
+        seconds pass (kept by this thread, as :class:`Deadlines` are)."""
+        future = None
+        if loop is not None:
+            future = GatheringFuture(loop=loop)
+            future.waiters = self
+        gathering = Gathering(
+            task_ids,
+            found,
+            return_exceptions=return_exceptions,
+            future=future,
+            timeout=None if future is None else timeout,
+        )
+        if future is not None:
+            future.gathering = gathering
+        if gathering.done:
+            return gathering  # every task already read finished: nothing to wait on
+        unfinished = gathering.unfinished()
+        with self._lock:
+            self._ready()
+            waiting = self._waiting
+            for task_id in unfinished:
+                waiters = waiting.get(task_id)
+                if waiters is None:
+                    waiting[task_id] = [gathering]
+                else:
+                    waiters.append(gathering)
+            if not self._fresh:
+                self._wake.set()
+            self._fresh.update(unfinished)
+            if gathering.timeout is not None:
+                self._gathering_deadlines.append(gathering)
+        return gathering
+
+    def drop(self, gathering: Gathering) -> bool:
+        """Stop a gathering's wait (timed out, cancelled): True, or False if it ended
+        meanwhile (delivered, or closed), which then stands."""
+        with self._lock:
+            if gathering.done:
+                return False
+            self._drop(gathering)
+            return True
+
+    def _drop(self, gathering: Gathering) -> None:
+        """Under the lock: ``gathering`` takes nothing more; it no longer waits on the
+        tasks it has not had."""
+        gathering.done = True
+        waiting = self._waiting
+        for task_id in gathering.unfinished():
+            waiters = waiting.get(task_id)
+            if waiters is not None and gathering in waiters:
+                waiters.remove(gathering)
+                if not waiters:
+                    del waiting[task_id]
+        if gathering.timeout is not None and gathering in self._gathering_deadlines:
+            self._gathering_deadlines.remove(gathering)
+
+    def _ready(self) -> None:
+        """Under the lock, before a wait registers: refused once closed; the thread and
+        the watcher started by the first."""
         if self._closed:
             if self.failure is not None:
                 raise RuntimeError(f"{ended_by(self.failure)}: nothing can be waited on")
             raise RuntimeError("the scheduler was closed: nothing can be waited on")
         if self._thread is None:
             self._start()
+
+    def _register(self, task_id: int, waiter: AnyWaiter) -> None:
+        """Under the lock: ``waiter`` waits on ``task_id``, read at once."""
+        self._ready()
         waiting = self._waiting.get(task_id)
         if waiting is None:
             self._waiting[task_id] = [waiter]
@@ -484,6 +728,7 @@ class Waiters:
                     rereads.next(),
                     self._deadlines.first(),
                     math.inf if self._batch_ends is None else self._batch_ends,
+                    min((g.deadline for g in self._gathering_deadlines), default=math.inf),
                 )
             # With nothing due (no wait, no deadline, no batch), ``until`` is infinite:
             # a wait as long as a thread's takes (more would end this thread).
@@ -569,8 +814,8 @@ class Waiters:
         deadline: one call per event loop. Returns how many were delivered."""
         now = time.monotonic()
         threads: list[Waiter] = []
-        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]]
-        by_loop = {}
+        by_loop: dict[asyncio.AbstractEventLoop, LoopBatch] = {}
+        gathered: list[Gathering] = []  # those that end
         delivered = timed = 0
         # The futures of the loop met last (a process mostly has one): no lookup each.
         last_loop: asyncio.AbstractEventLoop | None = None
@@ -587,11 +832,17 @@ class Waiters:
                         waiter.record = record
                         threads.append(waiter)
                         continue
+                    if isinstance(waiter, Gathering):
+                        waiter.found[task_id] = record
+                        waiter.left -= 1
+                        if not waiter.left:
+                            gathered.append(waiter)
+                        continue
                     loop = waiter.get_loop()
                     if loop is not last_loop:
                         batch = by_loop.get(loop)
                         if batch is None:
-                            by_loop[loop] = batch = ([], [])
+                            by_loop[loop] = batch = ([], [], [])
                         last_loop, futures = loop, batch[0]
                     futures.append(waiter)
                     if waiter.timeout is not None:
@@ -600,20 +851,24 @@ class Waiters:
                 self._expire(now, by_loop)
             if timed:
                 self._ended(timed)
-        for waiter in threads:
-            waiter.deliver(waiter.record)
-        for loop, (futures, expired) in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle, futures, found, expired)
-            except RuntimeError:  # its loop was closed: nobody is left to tell
-                log.debug("an event loop closed while %d of its handles waited", len(futures))
+            if gathered or self._gathering_deadlines:
+                self._gathered(gathered, now)
+        _hand_over(found, threads, by_loop, gathered)
         return delivered
 
-    def _expire(
-        self,
-        now: float,
-        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[WaitingFuture], list[WaitingFuture]]],
-    ) -> None:
+    def _gathered(self, gathered: list[Gathering], now: float) -> None:
+        """Under the lock: the gatherings ``gathered`` were delivered their last task;
+        those whose deadline is past join them, timed out (each ends once)."""
+        deadlines = self._gathering_deadlines
+        for gathering in gathered:
+            gathering.done = True
+            if gathering.timeout is not None:
+                deadlines.remove(gathering)
+        for gathering in [g for g in deadlines if g.deadline <= now]:
+            self._drop(gathering)
+            gathered.append(gathering)
+
+    def _expire(self, now: float, by_loop: dict[asyncio.AbstractEventLoop, LoopBatch]) -> None:
         """Under the lock: stop the waits of the futures past their deadline (those still
         waiting) and add them to their loop's expired."""
         waiting = self._waiting
@@ -623,7 +878,7 @@ class Waiters:
                 waiters.remove(future)
                 if not waiters:
                     del waiting[future.task_id]
-                batch = by_loop.setdefault(future.get_loop(), ([], []))
+                batch = by_loop.setdefault(future.get_loop(), ([], [], []))
                 batch[1].append(future)
 
     def close(self) -> None:
@@ -652,15 +907,24 @@ class Waiters:
             waiting = dict(self._waiting)
             self._waiting.clear()
             self._deadlines = Deadlines()
+            self._gathering_deadlines = []
             failure = self.failure
-        by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture]] = {}
+            # Under the lock: a ``drop`` after sees each ended so, and why.
+            gatherings = _closed_gatherings(waiting, failure)
+        by_loop: dict[asyncio.AbstractEventLoop, list[WaitingFuture | Gathering]] = {}
         for task_id, waiters in waiting.items():
             for waiter in waiters:
                 if isinstance(waiter, Waiter):
                     waiter.closed = closed_while_waiting(task_id, failure)
                     waiter.deliver(None)
-                else:
+                elif isinstance(waiter, WaitingFuture):
                     by_loop.setdefault(waiter.get_loop(), []).append(waiter)
+        for gathering in gatherings:
+            if gathering.future is None:
+                assert gathering.event is not None
+                gathering.event.set()
+            else:
+                by_loop.setdefault(gathering.future.get_loop(), []).append(gathering)
         for loop, futures in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_close, futures, failure)
