@@ -858,21 +858,29 @@ class Waiters:
 
     def _gathered(self, gathered: list[Gathering], now: float) -> None:
         """Under the lock: the gatherings ``gathered`` were delivered their last task;
-        those whose deadline is past join them, timed out (each ends once)."""
-        deadlines = self._gathering_deadlines
+        those whose deadline is past join them, timed out (each ends once), but for
+        those not read yet (as :meth:`_expire`)."""
+        deadlines, fresh = self._gathering_deadlines, self._fresh
         for gathering in gathered:
             gathering.done = True
             if gathering.timeout is not None:
                 deadlines.remove(gathering)
         for gathering in [g for g in deadlines if g.deadline <= now]:
+            if not fresh.isdisjoint(gathering.unfinished()):
+                continue
             self._drop(gathering)
             gathered.append(gathering)
 
     def _expire(self, now: float, by_loop: dict[asyncio.AbstractEventLoop, LoopBatch]) -> None:
         """Under the lock: stop the waits of the futures past their deadline (those still
-        waiting) and add them to their loop's expired."""
-        waiting = self._waiting
+        waiting) and add them to their loop's expired. One not read yet (its task among
+        :attr:`_fresh`: the watcher's delivery came first) keeps its deadline: a wait
+        on a task already finished returns its result, whatever its timeout."""
+        waiting, fresh = self._waiting, self._fresh
         for future in self._deadlines.pop_due(now):
+            if future.task_id in fresh:
+                self._deadlines.add(future)
+                continue
             waiters = waiting.get(future.task_id)
             if waiters is not None and future in waiters:
                 waiters.remove(future)

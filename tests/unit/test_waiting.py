@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from durablesched import waiting
+from durablesched import TaskCancelled, TaskFailed, TaskNotFoundError, waiting
 from durablesched.records import Finished
 from durablesched.states import TaskState
 from durablesched.store.protocol import Awaited, OnFinished, Outcomes
@@ -739,3 +739,201 @@ def test_a_failing_waiting_thread_ends_every_wait_with_its_failure(
     assert store.watcher.closed
     waiters.close()  # closing after a failure keeps it
     assert isinstance(waiters.failure, ValueError)
+
+
+def finished(task_id: int, state: TaskState = TaskState.SUCCEEDED) -> Finished:
+    return Finished(task_id, "t", state, 1, task_id * 10, None, None)
+
+
+def test_a_gathering_is_resolved_once_in_one_call_when_its_last_task_finishes() -> None:
+    """``agather``'s wait: registered once under each task (a repeated one too), its
+    values in the order asked, resolved in one call on its loop, only when the last task
+    is delivered: no future or callback per task."""
+    store = Store()
+    store.done.add(2)
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[bool, list[Any], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*args)
+
+        gathering = waiters.gathering([1, 2, 1, 3], {}, return_exceptions=False, loop=loop)
+        assert gathering.future is not None
+        await asyncio.to_thread(settled, store, {1, 2, 3})  # task 2 read finished
+        assert waiters.waiting == 2
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        waiters._deliver({1: finished(1)})
+        await asyncio.sleep(0)
+        early = gathering.future.done()
+        waiters._deliver({3: finished(3), 4: finished(4)})
+        return early, await asyncio.wait_for(gathering.future, WAIT), calls
+
+    try:
+        assert asyncio.run(main()) == (False, [10, 20, 10, 30], 1)
+        assert waiters.waiting == 0
+    finally:
+        waiters.close()
+
+
+def test_a_gathering_raises_its_first_failure_in_order_unless_return_exceptions() -> None:
+    """Every task finished, the first (in the order asked) that did not succeed raises as
+    its handle's ``result()`` would; with ``return_exceptions`` each such one stands in
+    its place, the others' results around it."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    outcomes: dict[int, Finished | None] = {
+        1: finished(1),
+        2: finished(2, TaskState.CANCELLED),
+        3: finished(3, TaskState.FAILED),
+        4: None,
+    }
+
+    async def gathered(return_exceptions: bool) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        gathering = waiters.gathering(
+            [1, 3, 2, 4], {}, return_exceptions=return_exceptions, loop=loop
+        )
+        assert gathering.future is not None
+        waiters._deliver(outcomes)
+        return await asyncio.wait_for(gathering.future, WAIT)
+
+    try:
+        with pytest.raises(TaskFailed, match="task 3"):
+            asyncio.run(gathered(False))
+        values = asyncio.run(gathered(True))
+        assert values[0] == 10
+        assert [type(v) for v in values[1:]] == [TaskFailed, TaskCancelled, TaskNotFoundError]
+    finally:
+        waiters.close()
+
+
+def test_a_gathering_s_deadline_ends_it_and_leaves_nothing_waiting() -> None:
+    """Its timeout is kept by the waiting thread: once past, the future raises
+    TimeoutError naming how many tasks were not finished, and no task is waited on for it
+    any more; a task already finished is still read first (a zero timeout too)."""
+    store = Store()
+    store.done.add(2)
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[str, list[Any], int]:
+        loop = asyncio.get_running_loop()
+        late = waiters.gathering([1, 2], {}, return_exceptions=False, loop=loop, timeout=0.05)
+        ready = waiters.gathering([2], {}, return_exceptions=False, loop=loop, timeout=0)
+        assert late.future is not None and ready.future is not None
+        with pytest.raises(TimeoutError) as raised:
+            await asyncio.wait_for(late.future, WAIT)
+        return str(raised.value), await ready.future, waiters.waiting
+
+    try:
+        assert asyncio.run(main()) == (
+            "1 of the 2 tasks gathered did not finish within 0.05 s (the first: task 1)",
+            [20],
+            0,
+        )
+    finally:
+        waiters.close()
+
+
+def test_a_cancelled_gathering_stops_waiting_on_every_task() -> None:
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+
+    async def main() -> tuple[int, int, bool]:
+        loop = asyncio.get_running_loop()
+        gathering = waiters.gathering([1, 2, 3], {}, return_exceptions=False, loop=loop)
+        assert gathering.future is not None
+        before = waiters.waiting
+        gathering.future.cancel()
+        return before, waiters.waiting, waiters.drop(gathering)
+
+    try:
+        assert asyncio.run(main()) == (3, 0, False)
+    finally:
+        waiters.close()
+
+
+def test_a_thread_s_gathering_is_woken_once_its_last_task_is_delivered() -> None:
+    """``gather``'s wait (a thread's): outcomes read before it registers are kept, only
+    the others are waited on, and its event is set once the last is delivered; a drop
+    after that (a timeout losing the race) is refused, so the delivery stands."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    try:
+        gathering = waiters.gathering([5, 6], {5: finished(5)}, return_exceptions=False)
+        assert gathering.event is not None and not gathering.done
+        settled(store, {6})
+        assert waiters.waiting == 1 and not gathering.event.is_set()
+        waiters._deliver({6: finished(6)})
+        assert gathering.event.wait(WAIT)
+        assert not waiters.drop(gathering)
+        assert gathering.values() == [50, 60]
+        ready = waiters.gathering([5], {5: finished(5)}, return_exceptions=False)
+        assert ready.done and ready.values() == [50]  # nothing to wait on: not registered
+        assert waiters.waiting == 0
+    finally:
+        waiters.close()
+
+
+def test_closing_ends_every_gathering() -> None:
+    """A thread's gathering is woken with why (its handle's ``gather`` raises it), a
+    coroutine's future raises RuntimeError; a timeout after loses to the close."""
+    store = Store()
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    threads = waiters.gathering([1, 2], {}, return_exceptions=False)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gathering = waiters.gathering([2, 3], {}, return_exceptions=False, loop=loop)
+        assert gathering.future is not None
+        await asyncio.to_thread(waiters.close)
+        with pytest.raises(RuntimeError, match="closed while 2 tasks were gathered"):
+            await asyncio.wait_for(gathering.future, WAIT)
+
+    asyncio.run(main())
+    assert threads.event is not None and threads.event.wait(0)
+    assert threads.closed == "the scheduler was closed while 2 tasks were gathered"
+    assert not waiters.drop(threads)
+
+
+class Gate(threading.Event):
+    """The waiting thread's wake-up, held shut until the test opens ``gate``: what the
+    test does first happens before the thread's next read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert self.gate.wait(WAIT)
+        return super().wait(timeout)
+
+
+def test_a_wait_not_read_yet_does_not_expire_on_another_s_delivery() -> None:
+    """A wait with no time to wait (timeout 0) on a task already finished has its result,
+    even when another delivery (the watcher's, from its own thread) comes between its
+    registration and the waiting thread's first read of it: only a wait read once
+    expires, a future's and a gathering's alike."""
+    store = Store()
+    store.done.add(5)
+    waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
+    wake = waiters._wake = Gate()
+
+    async def main() -> tuple[object, list[Any]]:
+        loop = asyncio.get_running_loop()
+        future = waiters.future(5, loop, timeout=0)
+        gathering = waiters.gathering([5], {}, return_exceptions=False, loop=loop, timeout=0)
+        assert gathering.future is not None
+        waiters._deliver({})  # another delivery, past both deadlines, before any read
+        wake.gate.set()
+        return await asyncio.wait_for(future, WAIT), await asyncio.wait_for(gathering.future, WAIT)
+
+    try:
+        assert asyncio.run(main()) == (50, [50])
+    finally:
+        waiters.close()
