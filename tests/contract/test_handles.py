@@ -5,9 +5,11 @@ and the store's ``finished`` read and ``watch_finished`` watcher that waiting st
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Collection, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -68,6 +70,15 @@ def tasks() -> TaskRegistry:
             Scheduler(store_of[0], registry=registry).handle(task_id).result(timeout=0)
         except WaitInTaskError:
             return "refused"
+        return "waited"
+
+    @registry.task("gather_inside")
+    def gather_inside(task_id: int) -> str:
+        scheduler = Scheduler(store_of[0], registry=registry)
+        try:
+            scheduler.gather(scheduler.handle(task_id), timeout=0)
+        except WaitInTaskError as e:
+            return f"refused: {e}"
         return "waited"
 
     @registry.task("await_inside", pass_context=True)
@@ -438,19 +449,129 @@ def test_waiting_inside_a_task_is_refused(sched: Scheduler) -> None:
     registry = sched.registry or TaskRegistry()
     add, chain = task_of(registry, "add"), task_of(registry, "chain")
     wait_inside, await_inside = task_of(registry, "wait_inside"), task_of(registry, "await_inside")
+    gather_inside = task_of(registry, "gather_inside")
     other = sched.enqueue(add, 1)
     handles = [
         sched.enqueue(chain, 3),
         sched.enqueue(wait_inside, other.id),
         sched.enqueue(await_inside, other.id),
+        sched.enqueue(gather_inside, other.id),
     ]
     run_due(sched)
     results = [h.result() for h in handles]
     assert str(results[0]).startswith("refused: waiting on <TaskHandle child to be stored (add)>")
-    assert results[1:] == ["refused", "refused"]
+    assert results[1:3] == ["refused", "refused"]
+    assert str(results[3]).startswith(f"refused: waiting on <TaskHandle {other.id}> inside")
     # The child enqueued by "chain" was stored with its success.
     children = [t for t in sched.list_tasks(name="add") if t.id != other.id]
     assert [c.args for c in children] == [{"*args": [3], "b": 1}]
+
+
+def test_gather_returns_every_result_in_order(sched: Scheduler) -> None:
+    """A thread blocked in ``gather`` wakes once every task is finished, with their
+    results in the order asked (a handle given twice, twice); gathered once finished,
+    they are read at once, with nothing left waiting."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handles = [sched.enqueue(add, i, scale=3) for i in range(6)]
+    waiters, registered = sched.waiters, threading.Event()
+    gathering = waiters.gathering
+
+    def gathering_then_tell(*args: Any, **kwargs: Any) -> Any:
+        made = gathering(*args, **kwargs)
+        registered.set()
+        return made
+
+    waiters.gathering = gathering_then_tell  # type: ignore[method-assign]
+    results: list[list[object]] = []
+    thread = threading.Thread(
+        target=lambda: results.append(sched.gather(*handles, handles[0], timeout=WAIT))
+    )
+    thread.start()
+    assert registered.wait(WAIT)
+    run_due(sched)
+    thread.join(WAIT)
+    assert results == [[0, 3, 6, 9, 12, 15, 0]]
+    assert sched.gather(*reversed(handles)) == [15, 12, 9, 6, 3, 0]
+    assert sched.gather() == []
+    assert waiters.waiting == 0
+
+
+def test_gather_raises_the_first_failure_in_order_unless_return_exceptions(
+    sched: Scheduler,
+) -> None:
+    registry = sched.registry or TaskRegistry()
+    add, boom = task_of(registry, "add"), task_of(registry, "boom")
+    handles = [sched.enqueue(add, 2), sched.enqueue(add.options(delay=60), 1)]
+    handles.append(sched.enqueue(boom, "it broke"))
+    handles[1].cancel()
+    run_due(sched)
+    missing = sched.handle(handles[-1].id + 1000)
+    with pytest.raises(TaskCancelled, match=f"task {handles[1].id}"):
+        sched.gather(*handles)
+    values = sched.gather(*handles, missing, return_exceptions=True)
+    assert values[0] == 2
+    assert [type(v) for v in values[1:]] == [TaskCancelled, TaskFailed, TaskNotFoundError]
+
+    async def main() -> None:
+        with pytest.raises(TaskFailed, match="it broke"):
+            await sched.agather(handles[0], handles[2], timeout=WAIT)
+        values = await sched.agather(*handles, return_exceptions=True)
+        assert [type(v) for v in values] == [int, TaskCancelled, TaskFailed]
+
+    asyncio.run(asyncio.wait_for(main(), WAIT))
+
+
+def test_gather_times_out_naming_what_is_not_finished(sched: Scheduler) -> None:
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    done, later = sched.enqueue(add, 1), sched.enqueue(add.options(delay=60), 2)
+    run_due(sched)
+    said = f"1 of the 2 tasks gathered did not finish within 0 s (the first: task {later.id})"
+    with pytest.raises(TimeoutError, match=re.escape(said)):
+        sched.gather(later, done, later, timeout=0)
+    assert sched.waiters.waiting == 0
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError, match=r"within 0\.01 s"):
+            await sched.agather(done, later, timeout=0.01)
+        assert await sched.agather(done, timeout=0) == [1]
+
+    asyncio.run(asyncio.wait_for(main(), WAIT))
+    assert sched.waiters.waiting == 0
+
+
+def test_agather_is_one_future_that_cancelling_stops(sched: Scheduler) -> None:
+    """``agather`` hands out one future of the running loop for all the handles: resolved
+    as their tasks finish, cancelled with what awaits it (leaving nothing waiting)."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+
+    async def main() -> None:
+        handles = await sched.aenqueue_many([add.bind(i) for i in range(5)])
+        waiting = sched.agather(*handles, timeout=WAIT)
+        assert isinstance(waiting, asyncio.Future)
+        assert waiting.get_loop() is asyncio.get_running_loop()
+        assert sched.waiters.waiting == 5
+        await asyncio.to_thread(run_due, sched)
+        assert await waiting == [0, 1, 2, 3, 4]
+        later = await sched.aenqueue(add.options(delay=60), 9)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(sched.agather(later, *handles), 0.001)  # cancels it
+        assert sched.waiters.waiting == 0
+        assert await sched.agather() == []
+
+    asyncio.run(asyncio.wait_for(main(), WAIT))
+
+
+def test_gather_refuses_what_is_not_its_own_handle(sched: Scheduler) -> None:
+    """A handle of another scheduler could name another database's task: refused, as is
+    anything but a handle, before any wait."""
+    add = task_of(sched.registry or TaskRegistry(), "add")
+    handle = sched.enqueue(add, 1)
+    other = Scheduler(sched.store, registry=sched.registry)
+    with pytest.raises(InvalidTaskError, match="another scheduler's handle"):
+        sched.gather(handle, other.handle(handle.id))
+    with pytest.raises(InvalidTaskError, match="gather takes task handles, got 7"):
+        sched.gather(handle, 7)  # type: ignore[call-overload]
+    assert sched.waiters.waiting == 0
 
 
 def test_a_childs_handle_has_no_id_until_stored(sched: Scheduler, clock: ManualClock) -> None:

@@ -10,7 +10,9 @@ from mypy import api
 PRELUDE = """
 import asyncio
 
-from durablesched import Scheduler, TaskContext, TaskHandle, TaskRegistry, MemoryStore
+from durablesched import (
+    DurableSchedError, Scheduler, TaskContext, TaskHandle, TaskRegistry, MemoryStore
+)
 
 registry = TaskRegistry()
 scheduler = Scheduler(MemoryStore(), registry=registry)
@@ -27,6 +29,8 @@ async def fetch(url: str) -> bytes:
 def report(ctx: TaskContext, month: int) -> str:
     child: TaskHandle[bool] = ctx.enqueue(send, "ops@example.com", subject="done")
     return str(month)
+
+handles: list[TaskHandle[bool]] = scheduler.enqueue_many([send.bind("a"), send.bind("b")])
 """
 
 RIGHT = (
@@ -36,9 +40,10 @@ sent: TaskHandle[bool] = scheduler.enqueue(send, "ada@example.com", subject="hi"
 ok: bool = sent.result(timeout=1)
 page: bytes = scheduler.enqueue(fetch, "https://example.com").result()
 text: str = scheduler.enqueue(report.options(delay=60, queue="reports"), 7).result()
-handles: list[TaskHandle[bool]] = scheduler.enqueue_many([send.bind("a"), send.bind("b")])
 again: TaskHandle[str] = scheduler.handle(sent.id, report)
 direct: bool = send("ada@example.com")  # still the function
+gathered: list[bool] = scheduler.gather(*handles, timeout=5)
+some: list[bool | DurableSchedError] = scheduler.gather(*handles, return_exceptions=True)
 
 async def main() -> None:
     result: bytes = await scheduler.enqueue(fetch, "x")
@@ -46,6 +51,7 @@ async def main() -> None:
     many: list[bool] = await asyncio.gather(*(h.aresult() for h in handles))
     waited: bool = await asyncio.wait_for(sent.aresult(), 1)
     pending: asyncio.Future[bool] = sent.aresult(timeout=1)
+    all_of: list[bool] = await scheduler.agather(*handles, timeout=5)
 """
 )
 
@@ -60,6 +66,10 @@ WRONG = {
     'x: str = scheduler.enqueue(send, "a").result()': "Incompatible types in assignment",
     'y: str = scheduler.enqueue(fetch, "u").result()': "Incompatible types in assignment",
     'z: asyncio.Future[str] = scheduler.enqueue(send, "a").aresult()': (
+        "Incompatible types in assignment"
+    ),
+    "w: list[str] = scheduler.gather(*handles)": 'incompatible type "*list[TaskHandle[bool]]"',
+    "v: list[bool] = scheduler.gather(*handles, return_exceptions=True)": (
         "Incompatible types in assignment"
     ),
 }
