@@ -3,11 +3,14 @@
 - ``wakeup``: ``handle.result()`` returning after the task's outcome commits (the worker's
   ``after_commit`` hook stamps the commit), p50 and p99 in ms: target p50 <= 5 ms.
 - ``many``: N handles awaited at once in one asyncio process while a worker process
-  drains their N tasks: every result arrives; target < 0.05 cores. As measured: a
-  worker process (8 slots) is started and has run one task (so that its start-up is
-  not counted, and this process's waiting thread and watcher run, as in a server);
-  then, five times over (``--drains``), the N tasks are enqueued in one batch, and the
-  wait is timed from the first ``aresult`` to the last result: ``cores`` is this
+  drains their N tasks: every result arrives; target < 0.05 cores. Two ways, in
+  turns: ``asyncio.gather`` of each handle's ``aresult()`` (the figures of ``many``),
+  and ``scheduler.agather(*handles)`` (one wait for all: ``many.agather``). As
+  measured: a worker process (8 slots) is started and has run one task (so that its
+  start-up is not counted, and this process's waiting thread and watcher run, as in a
+  server); then, five times over each way (``--drains``), every other time the other
+  way first, the N tasks are enqueued in one batch, and the wait is timed from its
+  start to the last result: ``cores`` is this
   process's CPU time (every thread: the event loop, the waiting thread, the watcher)
   over that wall time, the drain's (the worker's CPU, in its own process, is not
   counted). ``cores_to_commit`` divides the same CPU by the time to the last task's
@@ -129,17 +132,20 @@ def many(db: str, tasks: int, drains: int = DRAINS) -> dict[str, Any]:
     )  # fmt: skip
 
     async def wait_all(
-        handles: list[TaskHandle[int]],
+        handles: list[TaskHandle[int]], together: bool
     ) -> tuple[list[int], float, float, float]:
         began = time.time()
         wall, cpu = time.perf_counter(), time.process_time()
-        results = await asyncio.gather(*(h.aresult(timeout=300) for h in handles))
+        if together:
+            results = await scheduler.agather(*handles, timeout=300)
+        else:
+            results = await asyncio.gather(*(h.aresult(timeout=300) for h in handles))
         return results, time.perf_counter() - wall, time.process_time() - cpu, began
 
-    def drain() -> dict[str, float]:
+    def drain(together: bool) -> dict[str, float]:
         handles = scheduler.enqueue_many([add.bind(i) for i in range(tasks)])
         reads = scheduler.waiters.reads
-        results, wall, cpu, began = asyncio.run(wait_all(handles))
+        results, wall, cpu, began = asyncio.run(wait_all(handles, together))
         reads = scheduler.waiters.reads - reads
         assert results == list(range(tasks)), "a result is missing or wrong"
         ended = max(h.record().finished_at or datetime.min for h in handles)
@@ -154,21 +160,31 @@ def many(db: str, tasks: int, drains: int = DRAINS) -> dict[str, Any]:
             "cpu_us_per_result": cpu / tasks * 1e6,
         }
 
+    each: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     try:
         assert scheduler.enqueue(add, 0).result(timeout=120) == 0  # the worker is up
-        each = [drain() for _ in range(drains)]
+        for i in range(drains):  # the two ways in turn, every other drain the other first
+            for together in (False, True) if i % 2 == 0 else (True, False):
+                each[together].append(drain(together))
     finally:
         worker.terminate()
         worker.wait(30)
         scheduler.close()
         store.close()
+    figures = summary(each[False])
+    figures["agather"] = summary(each[True])
+    figures["asyncio_cpu_s"] = asyncio.run(bare_futures(tasks))
+    figures["asyncio_tasks_cpu_s"] = asyncio.run(bare_futures(tasks, wrapped=True))
+    return figures
+
+
+def summary(each: list[dict[str, float]]) -> dict[str, Any]:
+    """The drains' figures: each the median, the main ones' range too."""
     figures: dict[str, Any] = {key: statistics.median(d[key] for d in each) for key in each[0]}
     for key in ("cores_to_commit", "cpu_us_per_result", "wall_s"):
         figures[f"{key}_range"] = [min(d[key] for d in each), max(d[key] for d in each)]
-    figures["drains"] = drains
+    figures["drains"] = len(each)
     figures["results_per_s_at_5pct"] = TARGET_CORES / (figures["cpu_us_per_result"] * 1e-6)
-    figures["asyncio_cpu_s"] = asyncio.run(bare_futures(tasks))
-    figures["asyncio_tasks_cpu_s"] = asyncio.run(bare_futures(tasks, wrapped=True))
     return figures
 
 

@@ -20,6 +20,9 @@ def test_the_handles_benchmark_runs(tmp_path: Path) -> None:
     low, high = many["cores_to_commit_range"]
     assert low <= many["cores_to_commit"] <= high
     assert many["results_per_s_at_5pct"] > 0
+    together = many["agather"]
+    assert together["drains"] == 2 and together["reads"] >= 1
+    assert together["cores_to_commit_range"][0] <= together["cores_to_commit"]
     idle = sqlite["idle"]
     assert idle["cores"] >= 0 and idle["reads"] >= 1 and idle["seconds"] == 0.2
     assert {"single_ratio", "batch_ratio"} <= set(sqlite["enqueue"])
