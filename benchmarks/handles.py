@@ -33,12 +33,14 @@
   wait again once a second, whatever it hears: ``waiting.FALLBACK``).
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
-  one after the other, seven rounds, every other round the other side first; the
+  one after the other, 21 rounds, every other round the other side first; the
   ratio is the median of the rounds' ratios (``single_ratio``, ``batch_ratio``), with
   their range (``..._range``). The same of this process's CPU time
   (``single_cpu_ratio``, ``batch_cpu_ratio``) leaves out the disk's and the other
   processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
-  client's, so the typed call's few objects weigh more there).
+  client's, so the typed call's few objects weigh more there). A single call's wall
+  time is mostly its commit's ``fsync``, which swings by half or more from one round
+  to the next on some disks: hence the many rounds.
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--drains N] [--idle-seconds S]
                                  [--out FILE]
@@ -253,7 +255,7 @@ async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) ->
     return time.process_time() - cpu
 
 
-def enqueue_cost(db: str, tasks: int, rounds: int = 7) -> dict[str, Any]:
+def enqueue_cost(db: str, tasks: int, rounds: int = 21) -> dict[str, Any]:
     """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many.
 
     Each pair runs ``rounds`` rounds, its two sides one after the other, every other
