@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
+from durablesched.clock import thread_timeout
 from durablesched.errors import (
     InvalidTaskError,
     TaskCancelled,
@@ -118,10 +119,14 @@ class AttemptSignals:
         return self._wait_until(lambda: self.cancelled or self.shutdown or self.lease_lost, timeout)
 
     def _wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait for ``predicate``, ``timeout`` seconds at most (None or ``math.inf``: no
+        bound; a lock's wait refuses more than ``threading.TIMEOUT_MAX``)."""
         with _EVENT_LOCK:
             if self._changed is None:
                 self._changed = threading.Condition(_EVENT_LOCK)
-            return self._changed.wait_for(predicate, timeout)
+            return self._changed.wait_for(
+                predicate, None if timeout is None else thread_timeout(timeout)
+            )
 
 
 class TaskContext:

@@ -4,6 +4,7 @@ TaskCancelled ends the task CANCELLED, TaskTimeout is a failure."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import timedelta
@@ -22,7 +23,7 @@ from durablesched import (
     Worker,
     WorkerStopping,
 )
-from durablesched.context import AttemptSignals
+from durablesched.context import _EVENT_LOCK, AttemptSignals
 from durablesched.records import Claim
 
 from ..conftest import T0, WAIT
@@ -119,3 +120,46 @@ def test_worker_stopping_raised_outside_a_shutdown_is_an_ordinary_failure() -> N
     assert Worker(scheduler, owner="w").run_due() == 1
     record = scheduler.get(task_id)
     assert record.state is TaskState.RETRY_WAIT and record.attempts == 1
+
+
+class TellingCondition(threading.Condition):
+    """The attempt's condition, telling the test the timeout of each wait as it begins
+    (the lock held: a signal sent after it is heard)."""
+
+    def __init__(self) -> None:
+        super().__init__(_EVENT_LOCK)
+        self.timeouts: list[float | None] = []
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+@pytest.mark.parametrize("how", ["wait", "sleep"])
+def test_a_wait_with_no_bound_waits_until_the_attempt_should_stop(how: str) -> None:
+    """``ctx.wait(math.inf)`` and ``ctx.sleep(math.inf)`` wait, as ``ctx.wait(None)`` does,
+    until a signal comes (an infinite timeout once raised ``OverflowError`` at once: a
+    lock's wait refuses one longer than ``threading.TIMEOUT_MAX``)."""
+    ctx, signals = _context()
+    changed = signals._changed = TellingCondition()
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            if how == "wait":
+                outcome.append(ctx.wait(math.inf))
+            else:
+                ctx.sleep(math.inf)
+        except Exception as e:  # what it raised is the test's answer
+            outcome.append(e)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert changed.waiting.wait(WAIT)
+    signals.request_cancel()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert [type(o) for o in outcome] == [bool if how == "wait" else TaskCancelled]
+    assert all(t is not None and t <= threading.TIMEOUT_MAX for t in changed.timeouts)
