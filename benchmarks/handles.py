@@ -318,6 +318,8 @@ def run(
     drains: int = DRAINS,
     idle_seconds: float = IDLE_SECONDS,
 ) -> dict[str, Any]:
+    for db in databases.values():
+        empty(db)
     return {
         name: {
             "wakeup": wakeup(db, rounds),
@@ -329,9 +331,26 @@ def run(
     }
 
 
+def empty(db: str) -> None:
+    """Refuse a database that holds tasks: a run leaves ``enqueue``'s tens of thousands
+    pending, which the next run's workers would have to drain before its own (its
+    ``wakeup`` timed out so, and every figure would be of a backlog)."""
+    store = open_store(db)
+    try:
+        if store.list_tasks(limit=1):
+            raise SystemExit(
+                f"benchmarks.handles needs an empty database: {db} holds tasks "
+                "(an earlier run's: make a new database)"
+            )
+    finally:
+        store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", help="a PostgreSQL URL (an empty database) to measure too")
+    parser.add_argument(
+        "--pg", help="a PostgreSQL URL (an empty database: a run leaves tasks) to measure too"
+    )
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--drains", type=int, default=DRAINS)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks import handles
+from durablesched import Scheduler, open_store
 
 
 def test_the_handles_benchmark_runs(tmp_path: Path) -> None:
@@ -26,3 +29,14 @@ def test_the_handles_benchmark_runs(tmp_path: Path) -> None:
     idle = sqlite["idle"]
     assert idle["cores"] >= 0 and idle["reads"] >= 1 and idle["seconds"] == 0.2
     assert {"single_ratio", "batch_ratio"} <= set(sqlite["enqueue"])
+
+
+def test_the_handles_benchmark_refuses_a_database_with_tasks(tmp_path: Path) -> None:
+    """A run leaves tasks pending (``enqueue``'s): the next run on that database would
+    measure their backlog, so it is refused, before anything is measured."""
+    db = str(tmp_path / "used.db")
+    store = open_store(db)
+    Scheduler(store).submit("bench.add", {"a": 1})
+    store.close()
+    with pytest.raises(SystemExit, match="needs an empty database"):
+        handles.run({"sqlite": db}, tasks=1, rounds=1)
