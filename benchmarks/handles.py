@@ -33,14 +33,15 @@
   wait again once a second, whatever it hears: ``waiting.FALLBACK``).
 - ``enqueue``: ``enqueue`` against ``submit`` per task, single and batch
   (``enqueue_many`` against ``submit_many``): target ratio <= 1.05. The two sides run
-  one after the other, 21 rounds, every other round the other side first; the
+  in turns, 21 rounds (one at a time, a round is a hundred turns, each a call of each
+  side, every other turn the other side first; in a batch, a round is one turn); the
   ratio is the median of the rounds' ratios (``single_ratio``, ``batch_ratio``), with
   their range (``..._range``). The same of this process's CPU time
   (``single_cpu_ratio``, ``batch_cpu_ratio``) leaves out the disk's and the other
   processes' noise (on SQLite it holds the database's work; on PostgreSQL only the
   client's, so the typed call's few objects weigh more there). A single call's wall
-  time is mostly its commit's ``fsync``, which swings by half or more from one round
-  to the next on some disks: hence the many rounds.
+  time is mostly its commit's ``fsync``, which swings by half or more from one call
+  to the next on some disks: hence the calls in turns.
 
     python -m benchmarks.handles [--pg URL] [--tasks N] [--drains N] [--idle-seconds S]
                                  [--out FILE]
@@ -258,52 +259,65 @@ async def bare_futures(count: int, batch: int = 50, *, wrapped: bool = False) ->
 def enqueue_cost(db: str, tasks: int, rounds: int = 21) -> dict[str, Any]:
     """Seconds per task: submit and enqueue one at a time, submit_many and enqueue_many.
 
-    Each pair runs ``rounds`` rounds, its two sides one after the other, every other
-    round the other side first (the table grows with every run, and the machine drifts:
-    neither then favours one side). A ratio is the median of the rounds' ratios (each of
-    two runs taken one after the other), with their range, of the wall time and of this
-    process's CPU time; a side's seconds per task the median of its rounds."""
+    Each pair runs ``rounds`` rounds of calls made in turns, every other turn the other
+    side first: one at a time, a round is ``tasks // 10`` such turns (the two sides see
+    the same disk from one call to the next: a commit's ``fsync`` swings by half or more
+    on some disks); in a batch, a round is one turn (the table grows with every call,
+    and the machine drifts: neither side is favoured). A ratio is the median of the
+    rounds' ratios (each of the two sides' time in that round), with their range, of the
+    wall time and of this process's CPU time; a side's seconds per task the median of
+    its rounds."""
     store = open_store(db)
     scheduler = Scheduler(store, registry=registry)
     figures: dict[str, Any] = {}
 
-    def timed(ratio: str, pair: dict[str, Callable[[], object]], count: int) -> None:
+    def timed(
+        ratio: str, pair: dict[str, Callable[[int], object]], turns: int, per_call: int
+    ) -> None:
         (den, run_den), (num, run_num) = pair.items()
         seconds: dict[str, list[float]] = {den: [], num: []}
         cpu: dict[str, list[float]] = {den: [], num: []}
         for i in range(rounds):
-            order = [(den, run_den), (num, run_num)]
-            for label, run in order if i % 2 == 0 else order[::-1]:
-                started, cpu_started = time.perf_counter(), time.process_time()
-                run()
-                seconds[label].append(time.perf_counter() - started)
-                cpu[label].append(time.process_time() - cpu_started)
+            spent = {den: 0.0, num: 0.0}
+            spent_cpu = {den: 0.0, num: 0.0}
+            for turn in range(turns):
+                order = [(den, run_den), (num, run_num)]
+                for label, run in order if (i + turn) % 2 == 0 else order[::-1]:
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    run(turn)
+                    spent[label] += time.perf_counter() - started
+                    spent_cpu[label] += time.process_time() - cpu_started
+            for label in (den, num):
+                seconds[label].append(spent[label])
+                cpu[label].append(spent_cpu[label])
+        count = turns * per_call
         figures.update({label: statistics.median(s) / count for label, s in seconds.items()})
         for name, taken in ((ratio, seconds), (ratio.replace("_ratio", "_cpu_ratio"), cpu)):
             ratios = [n / d for n, d in zip(taken[num], taken[den], strict=True)]
             figures[name] = statistics.median(ratios)
             figures[f"{name}_range"] = [min(ratios), max(ratios)]
 
-    single = max(1, tasks // 10)  # one transaction each: fewer
     try:
         timed(
             "single_ratio",
             {
-                "submit": lambda: [scheduler.submit("bench.add", {"a": i}) for i in range(single)],
-                "enqueue": lambda: [scheduler.enqueue(add, a=i) for i in range(single)],
+                "submit": lambda i: scheduler.submit("bench.add", {"a": i}),
+                "enqueue": lambda i: scheduler.enqueue(add, a=i),
             },
-            single,
+            max(1, tasks // 10),  # one transaction each: fewer
+            1,
         )
         timed(
             "batch_ratio",
             {
-                "submit_many": lambda: scheduler.submit_many(
+                "submit_many": lambda _: scheduler.submit_many(
                     "bench.add", [{"a": i} for i in range(tasks)]
                 ),
-                "enqueue_many": lambda: scheduler.enqueue_many(
+                "enqueue_many": lambda _: scheduler.enqueue_many(
                     [add.bind(a=i) for i in range(tasks)]
                 ),
             },
+            1,
             tasks,
         )
     finally:
