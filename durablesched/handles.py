@@ -171,7 +171,7 @@ def gather(
         return []
     waiters = owner.waiters
     gathering = waiters.gathering(
-        ids, owner.store.finished(set(ids)), return_exceptions=return_exceptions
+        ids, owner.store.finished(set(ids)), return_exceptions=return_exceptions, timeout=timeout
     )
     if not gathering.done:
         assert gathering.event is not None

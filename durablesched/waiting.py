@@ -165,10 +165,11 @@ class Gathering:
         #: A coroutine's: resolved on its loop. None: a thread's, woken by ``event``.
         self.future = future
         self.event: threading.Event | None = None if future is not None else threading.Event()
-        #: A coroutine's timeout, kept by the waiting thread (monotonic seconds).
+        #: Seconds it waits at most (None: no bound); a coroutine's deadline (monotonic
+        #: seconds) is kept by the waiting thread, a thread keeps its own.
         self.timeout = timeout
         self.deadline = math.inf
-        if timeout is not None:
+        if timeout is not None and future is not None:
             self.deadline = time.monotonic() + (timeout if timeout > 0 else 0.0)
         self.done = not self.left
         #: Woken with no outcome, and why (as :attr:`Waiter.closed`).
@@ -547,9 +548,9 @@ class Waiters:
         """Wait at once on every task of ``task_ids`` not in ``found`` (outcomes already
         read): a :class:`Gathering`, delivered when the last of them is finished (one
         registered under each, read at once). From a thread (``loop`` None) its event
-        is set then, and the thread keeps its own timeout; from a coroutine on ``loop``
-        its future is resolved there, or with a ``TimeoutError`` once ``timeout``
-        seconds pass (kept by this thread, as :class:`Deadlines` are)."""
+        is set then, and the thread keeps its own ``timeout``; from a coroutine on
+        ``loop`` its future is resolved there, or with a ``TimeoutError`` once
+        ``timeout`` seconds pass (kept by this thread, as :class:`Deadlines` are)."""
         future = None
         if loop is not None:
             future = GatheringFuture(loop=loop)
@@ -559,7 +560,7 @@ class Waiters:
             found,
             return_exceptions=return_exceptions,
             future=future,
-            timeout=None if future is None else timeout,
+            timeout=timeout,
         )
         if future is not None:
             future.gathering = gathering
@@ -578,7 +579,7 @@ class Waiters:
             if not self._fresh:
                 self._wake.set()
             self._fresh.update(unfinished)
-            if gathering.timeout is not None:
+            if gathering.deadline < math.inf:
                 self._gathering_deadlines.append(gathering)
         return gathering
 
@@ -602,7 +603,7 @@ class Waiters:
                 waiters.remove(gathering)
                 if not waiters:
                     del waiting[task_id]
-        if gathering.timeout is not None and gathering in self._gathering_deadlines:
+        if gathering.deadline < math.inf:
             self._gathering_deadlines.remove(gathering)
 
     def _ready(self) -> None:
@@ -863,7 +864,7 @@ class Waiters:
         deadlines, fresh = self._gathering_deadlines, self._fresh
         for gathering in gathered:
             gathering.done = True
-            if gathering.timeout is not None:
+            if gathering.deadline < math.inf:
                 deadlines.remove(gathering)
         for gathering in [g for g in deadlines if g.deadline <= now]:
             if not fresh.isdisjoint(gathering.unfinished()):

@@ -528,6 +528,8 @@ def test_gather_times_out_naming_what_is_not_finished(sched: Scheduler) -> None:
     said = f"1 of the 2 tasks gathered did not finish within 0 s (the first: task {later.id})"
     with pytest.raises(TimeoutError, match=re.escape(said)):
         sched.gather(later, done, later, timeout=0)
+    with pytest.raises(TimeoutError, match=r"within 0\.01 s"):
+        sched.gather(done, later, timeout=0.01)  # a thread's own timeout, named
     assert sched.waiters.waiting == 0
 
     async def main() -> None:
