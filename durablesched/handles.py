@@ -208,16 +208,18 @@ def agather(
 
 def _gathered_ids(owner: HandleOwner, handles: Sequence[TaskHandle[Any]]) -> list[int]:
     """The handles' ids, in order: refused inside a running task, or for a handle that
-    is not one (or is another scheduler's: its id could name another database's task)."""
+    is not one, or is a scheduler's on another store (its id could name another
+    database's task)."""
     if RUNNING_TASK.get():
         raise _refused(repr(handles[0]) if len(handles) == 1 else f"{len(handles)} handles")
     ids = []
     for handle in handles:
         if not isinstance(handle, TaskHandle):
             raise InvalidTaskError(f"gather takes task handles, got {handle!r}")
-        if handle._owner is not owner:
+        if handle._owner is not owner and handle._owner.store is not owner.store:
             raise InvalidTaskError(
-                f"{handle!r} is another scheduler's handle: gather it with that scheduler"
+                f"{handle!r} is a handle of a scheduler on another store: gather it with "
+                "that scheduler"
             )
         ids.append(handle.id)
     return ids

@@ -259,8 +259,8 @@ class Scheduler:
         once all are finished; with ``return_exceptions`` that exception stands in its
         place. ``TimeoutError`` if ``timeout`` seconds pass first (naming how many are
         not finished), ``RuntimeError`` if the scheduler is closed meanwhile. The
-        handles must be this scheduler's. Refused inside a running task
-        (:class:`WaitInTaskError`; a workflow has ``ctx.gather``).
+        handles must be of a scheduler on this one's store. Refused inside a running
+        task (:class:`WaitInTaskError`; a workflow has ``ctx.gather``).
         """
         return gather_handles(self, handles, timeout, return_exceptions)
 

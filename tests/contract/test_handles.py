@@ -17,6 +17,7 @@ from durablesched import (
     CancelOutcome,
     InvalidTaskError,
     ManualClock,
+    MemoryStore,
     RetryPolicy,
     Scheduler,
     Task,
@@ -564,16 +565,20 @@ def test_agather_is_one_future_that_cancelling_stops(sched: Scheduler) -> None:
 
 
 def test_gather_refuses_what_is_not_its_own_handle(sched: Scheduler) -> None:
-    """A handle of another scheduler could name another database's task: refused, as is
-    anything but a handle, before any wait."""
+    """A handle of a scheduler on another store could name another database's task:
+    refused, as is anything but a handle, before any wait; one of another scheduler on
+    the same store is taken."""
     add = task_of(sched.registry or TaskRegistry(), "add")
     handle = sched.enqueue(add, 1)
-    other = Scheduler(sched.store, registry=sched.registry)
-    with pytest.raises(InvalidTaskError, match="another scheduler's handle"):
-        sched.gather(handle, other.handle(handle.id))
+    elsewhere = Scheduler(MemoryStore(), registry=sched.registry)
+    with pytest.raises(InvalidTaskError, match="a scheduler on another store"):
+        sched.gather(handle, elsewhere.handle(handle.id), timeout=0)
     with pytest.raises(InvalidTaskError, match="gather takes task handles, got 7"):
-        sched.gather(handle, 7)  # type: ignore[call-overload]
+        sched.gather(handle, 7, timeout=0)  # type: ignore[call-overload]
     assert sched.waiters.waiting == 0
+    run_due(sched)
+    same_store = Scheduler(sched.store, registry=sched.registry)
+    assert sched.gather(handle, same_store.handle(handle.id)) == [1, 1]
 
 
 def test_a_childs_handle_has_no_id_until_stored(sched: Scheduler, clock: ManualClock) -> None:
