@@ -530,6 +530,21 @@ def test_a_cancelled_future_stops_waiting() -> None:
         waiters.close()
 
 
+class HandOvers:
+    """Counts ``loop``'s ``call_soon_threadsafe`` calls from now on: the waiting thread's
+    hand-overs to it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.calls = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            self.calls += 1
+            return real(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+
+
 def test_a_read_resolves_a_loop_s_futures_in_one_call() -> None:
     """However many of a loop's futures a read finds finished, the waiting thread hands
     them to that loop in one ``call_soon_threadsafe`` (a wake-up of the loop each would
@@ -539,20 +554,12 @@ def test_a_read_resolves_a_loop_s_futures_in_one_call() -> None:
 
     async def main() -> tuple[list[object], int]:
         loop = asyncio.get_running_loop()
-        calls = 0
-        real = loop.call_soon_threadsafe
-
-        def counted(*args: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return real(*args)
-
-        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        hand_overs = HandOvers(loop)
         futures = [waiters.future(i, loop, timeout=WAIT) for i in range(100)]
         waiters._deliver(
             {i: Finished(i, "t", TaskState.SUCCEEDED, 1, i, None, None) for i in range(100)}
         )
-        return await asyncio.wait_for(asyncio.gather(*futures), WAIT), calls
+        return await asyncio.wait_for(asyncio.gather(*futures), WAIT), hand_overs.calls
 
     try:
         assert asyncio.run(main()) == (list(range(100)), 1)
@@ -755,24 +762,16 @@ def test_a_gathering_is_resolved_once_in_one_call_when_its_last_task_finishes() 
 
     async def main() -> tuple[bool, list[Any], int]:
         loop = asyncio.get_running_loop()
-        calls = 0
-        real = loop.call_soon_threadsafe
-
-        def counted(*args: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return real(*args)
-
         gathering = waiters.gathering([1, 2, 1, 3], {}, return_exceptions=False, loop=loop)
         assert gathering.future is not None
         await asyncio.to_thread(settled, store, {1, 2, 3})  # task 2 read finished
         assert waiters.waiting == 2
-        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        hand_overs = HandOvers(loop)
         waiters._deliver({1: finished(1)})
         await asyncio.sleep(0)
         early = gathering.future.done()
         waiters._deliver({3: finished(3), 4: finished(4)})
-        return early, await asyncio.wait_for(gathering.future, WAIT), calls
+        return early, await asyncio.wait_for(gathering.future, WAIT), hand_overs.calls
 
     try:
         assert asyncio.run(main()) == (False, [10, 20, 10, 30], 1)
