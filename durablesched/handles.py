@@ -8,6 +8,7 @@ thread and one watcher, however many handles wait), never by reading in a loop.
 from __future__ import annotations
 
 import asyncio
+import reprlib
 from collections.abc import Generator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -215,7 +216,10 @@ def _gathered_ids(owner: HandleOwner, handles: Sequence[TaskHandle[Any]]) -> lis
     ids = []
     for handle in handles:
         if not isinstance(handle, TaskHandle):
-            raise InvalidTaskError(f"gather takes task handles, got {handle!r}")
+            raise InvalidTaskError(
+                f"gather takes task handles, got {reprlib.repr(handle)} "
+                "(a list of them is passed unpacked: gather(*handles))"
+            )
         if handle._owner is not owner and handle._owner.store is not owner.store:
             raise InvalidTaskError(
                 f"{handle!r} is a handle of a scheduler on another store: gather it with "

@@ -575,6 +575,8 @@ def test_gather_refuses_what_is_not_its_own_handle(sched: Scheduler) -> None:
         sched.gather(handle, elsewhere.handle(handle.id), timeout=0)
     with pytest.raises(InvalidTaskError, match="gather takes task handles, got 7"):
         sched.gather(handle, 7, timeout=0)  # type: ignore[call-overload]
+    with pytest.raises(InvalidTaskError, match=r"got \[<TaskHandle .*unpacked"):
+        sched.gather([handle] * 50, timeout=0)  # type: ignore[call-overload]
     assert sched.waiters.waiting == 0
     run_due(sched)
     same_store = Scheduler(sched.store, registry=sched.registry)
