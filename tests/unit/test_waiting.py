@@ -717,6 +717,7 @@ def test_a_failing_waiting_thread_ends_every_wait_with_its_failure(
     store = Store()
     waiters = Waiters(store, fallback=60)  # type: ignore[arg-type]
     thread_waiter = Waiter()
+    thread: list[threading.Thread] = []
 
     def broken(found: Mapping[int, Finished | None]) -> int:
         raise ValueError("a bug")
@@ -726,6 +727,8 @@ def test_a_failing_waiting_thread_ends_every_wait_with_its_failure(
         waiters.add(1, thread_waiter)
         futures = [waiters.future(2, loop), waiters.future(3, loop, timeout=WAIT)]
         await asyncio.to_thread(settled, store, {1, 2, 3})
+        assert waiters._thread is not None
+        thread.append(waiters._thread)
         waiters._deliver = broken  # type: ignore[method-assign]
         store.watcher.report({1})  # the thread reads task 1, and fails delivering it
         return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT)
@@ -743,6 +746,7 @@ def test_a_failing_waiting_thread_ends_every_wait_with_its_failure(
     with pytest.raises(RuntimeError, match=r"waiting thread failed \(ValueError: a bug\)"):
         waiters.add(4, Waiter())
     assert "the waiting thread failed" in caplog.text
+    thread[0].join(WAIT)  # it closes the watcher after ending the waits
     assert store.watcher.closed
     waiters.close()  # closing after a failure keeps it
     assert isinstance(waiters.failure, ValueError)
