@@ -15,6 +15,8 @@ delivered from its thread (:meth:`Waiters._take_outcomes`), with no read and no
 wake-up of this one. A finished task wakes its waiters: threads through an event,
 coroutines through their event loop, one call per loop and read. A coroutine's wait
 is a bare future (:class:`WaitingFuture`): no coroutine, Task or timer of its own.
+Many tasks can be waited on as one (:class:`Gathering`: ``scheduler.gather`` and
+``agather``), registered under each and delivered once, at the last of them.
 
 Results that stream in are read in batches: after a read that delivered some while
 other handles still wait, the watcher keeps what finishes next to itself for
